@@ -1,0 +1,180 @@
+"""Shapes of the MoE target models the simulator knows, with the bytes a forward reads.
+
+Numbers come from each model's `config.json` on its Hugging Face model page (checked December 2026)
+and are restated in ../shared/NOTES.md. `expert_bytes` is one routed expert's weights as stored
+(gate, up and down projections); `dense_bytes` is everything else a batch-1 forward reads: attention,
+dense MLP layers, shared experts, routers and the LM head (the embedding is a row lookup, not a read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ecosim.errors import EcoSimError
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The target's shape as the cost model needs it; the same fields as a trace manifest's `model`."""
+
+    name: str
+    family: str
+    num_layers: int
+    moe_layers: tuple[int, ...]
+    num_experts: int
+    top_k: int
+    num_shared_experts: int
+    hidden_size: int
+    moe_intermediate_size: int
+    vocab_size: int
+    expert_bytes: int
+    dense_bytes: int
+    # Bytes of KV cache one context token adds, over all layers (attention reads it every step).
+    kv_bytes_per_token: int = 0
+    # Weight bytes per parameter as stored (1 for FP8, 2 for BF16, 0.53 for MXFP4 with scales).
+    bytes_per_param: float = 2.0
+    source: str = ""
+
+    @property
+    def num_moe_layers(self) -> int:
+        return len(self.moe_layers)
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert (gate, up, down), for its FLOPs: 2 per parameter per token."""
+        return 3 * self.hidden_size * self.moe_intermediate_size
+
+    @property
+    def dense_params(self) -> float:
+        return self.dense_bytes / self.bytes_per_param
+
+    def to_manifest(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["moe_layers"] = list(self.moe_layers)
+        return d
+
+    @classmethod
+    def from_manifest(cls, m: dict[str, Any]) -> ModelShape:
+        known = {f for f in cls.__dataclass_fields__}
+        kw = {k: v for k, v in m.items() if k in known}
+        kw["moe_layers"] = tuple(int(x) for x in m["moe_layers"])
+        return cls(**kw)
+
+
+@dataclass(frozen=True)
+class _Arch:
+    """Just enough architecture to derive the bytes; kept to show the arithmetic."""
+
+    layers: int
+    first_moe: int
+    experts: int
+    top_k: int
+    shared: int
+    hidden: int
+    moe_inter: int
+    dense_inter: int  # intermediate size of the dense MLP layers before `first_moe`
+    vocab: int
+    attn_params: int  # per layer
+    kv_per_token_per_layer: int  # elements cached per token per layer
+    expert_bytes_per_param: float
+    dense_bytes_per_param: float
+    lm_head_bytes_per_param: float = 2.0  # LM heads stay BF16 in every release below
+    kv_bytes_per_elem: float = 2.0
+    fused_expert_params: int | None = None  # when an expert is not 3*hidden*moe_inter
+    extra: dict[str, int] = field(default_factory=dict)
+
+    def shape(self, name: str, family: str, source: str) -> ModelShape:
+        n_moe = self.layers - self.first_moe
+        expert_params = self.fused_expert_params or 3 * self.hidden * self.moe_inter
+        expert_bytes = round(expert_params * self.expert_bytes_per_param)
+        dense_params = (
+            self.layers * self.attn_params
+            + self.first_moe * 3 * self.hidden * self.dense_inter
+            + n_moe * self.shared * 3 * self.hidden * self.moe_inter
+        )
+        router_bytes = n_moe * self.experts * self.hidden * 2  # BF16 router weights
+        dense_bytes = round(
+            dense_params * self.dense_bytes_per_param
+            + router_bytes
+            + self.vocab * self.hidden * self.lm_head_bytes_per_param
+        )
+        return ModelShape(
+            name=name,
+            family=family,
+            num_layers=self.layers,
+            moe_layers=tuple(range(self.first_moe, self.layers)),
+            num_experts=self.experts,
+            top_k=self.top_k,
+            num_shared_experts=self.shared,
+            hidden_size=self.hidden,
+            moe_intermediate_size=self.moe_inter,
+            vocab_size=self.vocab,
+            expert_bytes=expert_bytes,
+            dense_bytes=dense_bytes,
+            kv_bytes_per_token=round(self.layers * self.kv_per_token_per_layer * self.kv_bytes_per_elem),
+            bytes_per_param=self.expert_bytes_per_param,
+            source=source,
+        )
+
+
+def _gqa(hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
+    """Attention parameters of one grouped-query layer: q, k, v and o projections."""
+    return hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
+
+
+# DeepSeek-V3 / V3.1 multi-head latent attention (config: q_lora_rank 1536, kv_lora_rank 512,
+# qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128, 128 heads): q_a + q_b + kv_a + kv_b + o.
+_MLA = 7168 * 1536 + 1536 * 128 * (128 + 64) + 7168 * (512 + 64) + 512 * 128 * (128 + 128) + 128 * 128 * 7168
+
+MODELS: dict[str, ModelShape] = {
+    s.name: s
+    for s in [
+        # deepseek-ai/DeepSeek-V3.1 config.json: 61 layers, first_k_dense_replace 3, n_routed_experts
+        # 256, n_shared_experts 1, num_experts_per_tok 8, hidden 7168, moe_intermediate 2048,
+        # intermediate 18432, vocab 129280; FP8 e4m3 weights (block scales ignored, <0.01%).
+        # One routed expert: 3*7168*2048 B = 44.04 MB. MLA caches 512+64 elements per token per layer.
+        _Arch(61, 3, 256, 8, 1, 7168, 2048, 18432, 129280, _MLA, 576, 1.0, 1.0).shape(
+            "deepseek-v3.1", "deepseek_v3", "deepseek-ai/DeepSeek-V3.1 config.json"
+        ),
+        # Qwen/Qwen3-235B-A22B config.json: 94 layers all MoE, 128 experts, top-8, hidden 4096,
+        # moe_intermediate 1536, 64 q heads / 4 kv heads of 128, vocab 151936, BF16: 37.75 MB/expert.
+        _Arch(94, 0, 128, 8, 0, 4096, 1536, 0, 151936, _gqa(4096, 64, 4, 128), 2 * 4 * 128, 2.0, 2.0).shape(
+            "qwen3-235b-a22b", "qwen3_moe", "Qwen/Qwen3-235B-A22B config.json"
+        ),
+        # Qwen/Qwen3-30B-A3B config.json: 48 layers, 128 experts, top-8, hidden 2048, moe_intermediate
+        # 768, 32 q heads / 4 kv heads of 128, vocab 151936, BF16: 9.44 MB/expert.
+        _Arch(48, 0, 128, 8, 0, 2048, 768, 0, 151936, _gqa(2048, 32, 4, 128), 2 * 4 * 128, 2.0, 2.0).shape(
+            "qwen3-30b-a3b", "qwen3_moe", "Qwen/Qwen3-30B-A3B config.json"
+        ),
+        # openai/gpt-oss-120b config.json: 36 layers, 128 experts, top-4, hidden 2880, intermediate
+        # 2880 (fused gate_up 2880x5760 + down 2880x2880), 64 q heads / 8 kv heads of 64, vocab 201088.
+        # Experts MXFP4: 4 bits + one 8-bit scale per 32 = 4.25 bits per weight: 13.2 MB/expert.
+        _Arch(36, 0, 128, 4, 0, 2880, 2880, 0, 201088, _gqa(2880, 64, 8, 64), 2 * 8 * 64, 4.25 / 8, 2.0).shape(
+            "gpt-oss-120b", "gpt_oss", "openai/gpt-oss-120b config.json"
+        ),
+        # openai/gpt-oss-20b config.json: 24 layers, 32 experts, top-4, otherwise as gpt-oss-120b.
+        _Arch(24, 0, 32, 4, 0, 2880, 2880, 0, 201088, _gqa(2880, 64, 8, 64), 2 * 8 * 64, 4.25 / 8, 2.0).shape(
+            "gpt-oss-20b", "gpt_oss", "openai/gpt-oss-20b config.json"
+        ),
+        # mistralai/Mixtral-8x7B-v0.1 config.json: 32 layers, 8 experts, top-2, hidden 4096,
+        # intermediate 14336, 32 q heads / 8 kv heads of 128, vocab 32000, BF16: 352.3 MB/expert.
+        _Arch(32, 0, 8, 2, 0, 4096, 14336, 0, 32000, _gqa(4096, 32, 8, 128), 2 * 8 * 128, 2.0, 2.0).shape(
+            "mixtral-8x7b", "mixtral", "mistralai/Mixtral-8x7B-v0.1 config.json"
+        ),
+        # allenai/OLMoE-1B-7B-0924 config.json: 16 layers, 64 experts, top-8, hidden 2048,
+        # intermediate 1024, 16 heads of 128 (no GQA), vocab 50304, BF16: 12.58 MB/expert.
+        _Arch(16, 0, 64, 8, 0, 2048, 1024, 0, 50304, _gqa(2048, 16, 16, 128), 2 * 16 * 128, 2.0, 2.0).shape(
+            "olmoe-1b-7b", "olmoe", "allenai/OLMoE-1B-7B-0924 config.json"
+        ),
+    ]
+}
+
+_ALIASES = {"deepseek-v3": "deepseek-v3.1", "qwen3-235b": "qwen3-235b-a22b", "qwen3-30b": "qwen3-30b-a3b"}
+
+
+def get_model(name: str) -> ModelShape:
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key not in MODELS:
+        raise EcoSimError(f"unknown model shape {name!r}; known: {', '.join(sorted(MODELS))}")
+    return MODELS[key]

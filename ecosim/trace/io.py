@@ -1,0 +1,359 @@
+"""Reading and writing trace directories: Parquet via pyarrow, validated, written atomically.
+
+A write goes to a hidden sibling directory first and is then swapped into place in one rename
+(`renameat2(RENAME_EXCHANGE)` on Linux), so a crash leaves the previous complete trace or none,
+never a half-written one. Reading checks every invariant while streaming the node rows in
+row-group batches, so `check_trace` runs in bounded memory on traces larger than memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ecosim.catalog.models import ModelShape
+from ecosim.errors import EcoSimError
+from ecosim.trace.checks import TraceChecker, TraceError, check_manifest
+from ecosim.trace.schema import (
+    FORMAT,
+    MANIFEST,
+    NODE_COLUMNS,
+    NODES,
+    POSITION_COLUMNS,
+    POSITIONS,
+    VERSION,
+    experts_type,
+    gates_type,
+    node_schema,
+    position_schema,
+)
+
+ROW_GROUP = 65536
+
+
+@dataclass
+class Trace:
+    """A whole trace in memory as numpy arrays; `experts` is (rows, moe_layers * top_k) int16."""
+
+    path: Path
+    manifest: dict[str, Any]
+    positions: dict[str, np.ndarray]
+    nodes: dict[str, np.ndarray]
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def synthetic(self) -> bool:
+        return bool(self.manifest["synthetic"])
+
+    @cached_property
+    def model(self) -> ModelShape:
+        return ModelShape.from_manifest(self.manifest["model"])
+
+    @cached_property
+    def tree_start(self) -> np.ndarray:
+        """Row of each tree's root in `nodes`, plus the total row count at the end."""
+        return np.concatenate([[0], np.cumsum(self.positions["n_nodes"].astype(np.int64))])
+
+    @property
+    def n_trees(self) -> int:
+        return len(self.positions["pos"])
+
+    def experts_3d(self) -> np.ndarray:
+        """(rows, moe_layers, top_k) view of the routing."""
+        m = self.model
+        return self.nodes["experts"].reshape(-1, m.num_moe_layers, m.top_k)
+
+
+# ---------------------------------------------------------------------------------------- reading
+
+
+def _load_manifest(path: Path) -> dict[str, Any]:
+    f = path / MANIFEST
+    if not path.exists():
+        raise EcoSimError(f"{path}: no such trace directory")
+    if not path.is_dir():
+        raise EcoSimError(f"{path}: not a directory (a trace is a directory with {MANIFEST})")
+    if not f.is_file():
+        raise TraceError(f"{path}/{MANIFEST}", "missing (not a trace directory)")
+    try:
+        m = json.loads(f.read_bytes())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise TraceError(f"{path}/{MANIFEST}", f"not valid JSON ({str(e).splitlines()[0]})") from None
+    return m
+
+
+def _parquet(path: Path, name: str) -> pq.ParquetFile:
+    f = path / name
+    if not f.is_file():
+        raise TraceError(f"{path}/{name}", "missing")
+    try:
+        return pq.ParquetFile(f)
+    except (OSError, pa.ArrowException, ValueError) as e:
+        raise TraceError(f"{path}/{name}", f"not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
+
+
+def _check_schema(where: str, schema: pa.Schema, want: dict[str, pa.DataType]) -> None:
+    for col, t in want.items():
+        i = schema.get_field_index(col)
+        if i < 0:
+            raise TraceError(where, "missing column", column=col)
+        if schema.field(i).type != t:
+            raise TraceError(where, f"has type {schema.field(i).type}, expected {t}", column=col)
+
+
+def _node_types(manifest: dict[str, Any], schema: pa.Schema) -> dict[str, pa.DataType]:
+    width = len(manifest["model"]["moe_layers"]) * manifest["model"]["top_k"]
+    want = dict(NODE_COLUMNS, experts=experts_type(width))
+    if schema.get_field_index("gates") >= 0:
+        want["gates"] = gates_type(width)
+    return want
+
+
+def _to_numpy(batch: pa.RecordBatch | pa.Table, width: int) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    for name in batch.schema.names:
+        col = batch.column(name)
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+        if col.null_count:
+            raise TraceError(NODES if name in NODE_COLUMNS or name in ("experts", "gates") else POSITIONS, "null values", column=name)
+        if pa.types.is_fixed_size_list(col.type):
+            flat = col.flatten() if col.offset else col.values
+            out[name] = flat.to_numpy(zero_copy_only=False).reshape(-1, width)
+        else:
+            out[name] = col.to_numpy(zero_copy_only=False)
+    return out
+
+
+def _read_positions(path: Path) -> dict[str, np.ndarray]:
+    pf = _parquet(path, POSITIONS)
+    _check_schema(f"{path}/{POSITIONS}", pf.schema_arrow, POSITION_COLUMNS)
+    try:
+        table = pf.read(columns=list(POSITION_COLUMNS))
+    except (OSError, pa.ArrowException, ValueError) as e:
+        raise TraceError(f"{path}/{POSITIONS}", f"unreadable ({str(e).splitlines()[0][:200]})") from None
+    return _to_numpy(table, 1)
+
+
+def iter_node_batches(path: Path, manifest: dict[str, Any], batch_rows: int = ROW_GROUP) -> Iterator[dict[str, np.ndarray]]:
+    """Node rows in file order as numpy batches: the way to read a trace larger than memory."""
+    pf = _parquet(path, NODES)
+    want = _node_types(manifest, pf.schema_arrow)
+    _check_schema(f"{path}/{NODES}", pf.schema_arrow, want)
+    width = len(manifest["model"]["moe_layers"]) * manifest["model"]["top_k"]
+    try:
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=list(want)):
+            yield _to_numpy(batch, width)
+    except (OSError, pa.ArrowException, ValueError) as e:
+        raise TraceError(f"{path}/{NODES}", f"unreadable ({str(e).splitlines()[0][:200]})") from None
+
+
+def _prefixed(path: Path, err: TraceError) -> TraceError:
+    if err.file.startswith(str(path)):
+        return err
+    msg = str(err).split(": ", 1)[1]
+    return TraceError(f"{path}/{err.file}", msg, err.row, err.column)
+
+
+def _checked(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], TraceChecker]:
+    manifest = _load_manifest(path)
+    try:
+        check_manifest(manifest)
+    except TraceError as e:
+        raise _prefixed(path, e) from None
+    positions = _read_positions(path)
+    try:
+        checker = TraceChecker(manifest, positions)
+    except TraceError as e:
+        raise _prefixed(path, e) from None
+    return manifest, positions, checker
+
+
+def check_trace(path: str | Path) -> dict[str, Any]:
+    """Validate a trace directory in bounded memory; return its manifest, or raise TraceError."""
+    path = Path(path)
+    manifest, _, checker = _checked(path)
+    try:
+        for batch in iter_node_batches(path, manifest):
+            checker.feed(batch)
+        checker.finish()
+    except TraceError as e:
+        raise _prefixed(path, e) from None
+    return manifest
+
+
+def read_trace(path: str | Path, *, validate: bool = True) -> Trace:
+    """Load a whole trace into numpy arrays, checking every invariant on the way."""
+    path = Path(path)
+    manifest, positions, checker = _checked(path)
+    batches = []
+    try:
+        for batch in iter_node_batches(path, manifest, batch_rows=1 << 20):
+            if validate:
+                checker.feed(batch)
+            batches.append(batch)
+        if validate:
+            checker.finish()
+    except TraceError as e:
+        raise _prefixed(path, e) from None
+    if batches:
+        nodes = {k: np.concatenate([b[k] for b in batches]) if len(batches) > 1 else batches[0][k] for k in batches[0]}
+    else:
+        width = len(manifest["model"]["moe_layers"]) * manifest["model"]["top_k"]
+        nodes = {k: np.zeros(0, dtype=t.to_pandas_dtype()) for k, t in NODE_COLUMNS.items()}
+        nodes["experts"] = np.zeros((0, width), dtype=np.int16)
+    return Trace(path, manifest, positions, nodes)
+
+
+def scan_nodes(path: str | Path) -> pl.LazyFrame:
+    """A lazy Polars scan of the node rows (unvalidated: run `check_trace` first)."""
+    return pl.scan_parquet(Path(path) / NODES)
+
+
+def find_traces(paths: list[str | Path]) -> list[Path]:
+    """Each path is a trace, or a directory whose subdirectories (recursively) hold traces."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise EcoSimError(f"{p}: no such file or directory")
+        if (p / MANIFEST).is_file():
+            found.append(p)
+            continue
+        if not p.is_dir():
+            raise EcoSimError(f"{p}: not a trace directory")
+        under = sorted(m.parent for m in p.rglob(MANIFEST) if not any(part.startswith(".") for part in m.relative_to(p).parts))
+        if not under:
+            raise EcoSimError(f"{p}: no traces under it (a trace is a directory with {MANIFEST})")
+        found.extend(under)
+    return found
+
+
+# ---------------------------------------------------------------------------------------- writing
+
+
+def full_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest with `format` and `version` first, as written."""
+    rest = {k: v for k, v in manifest.items() if k not in ("format", "version")}
+    rest.setdefault("synthetic", False)
+    rest.setdefault("recorded_on", {})
+    rest.setdefault("decoding", {"mode": "greedy"})
+    return {"format": FORMAT, "version": VERSION, **rest}
+
+
+def _fixed_list(a: np.ndarray, dtype: Any, width: int) -> pa.FixedSizeListArray:
+    flat = np.ascontiguousarray(a, dtype=dtype).reshape(-1)
+    return pa.FixedSizeListArray.from_arrays(pa.array(flat), width)
+
+
+def _tables(manifest: dict[str, Any], positions: dict[str, np.ndarray], nodes: dict[str, np.ndarray]) -> tuple[pa.Table, pa.Table]:
+    width = len(manifest["model"]["moe_layers"]) * manifest["model"]["top_k"]
+    pos_cols = [pa.array(np.asarray(positions[k], dtype=t.to_pandas_dtype())) for k, t in POSITION_COLUMNS.items()]
+    node_cols = [pa.array(np.asarray(nodes[k], dtype=t.to_pandas_dtype())) for k, t in NODE_COLUMNS.items()]
+    node_cols.append(_fixed_list(nodes["experts"], np.int16, width))
+    with_gates = nodes.get("gates") is not None
+    if with_gates:
+        node_cols.append(_fixed_list(nodes["gates"], np.float32, width))
+    return (
+        pa.Table.from_arrays(pos_cols, schema=position_schema()),
+        pa.Table.from_arrays(node_cols, schema=node_schema(width, with_gates)),
+    )
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two directories (Linux renameat2); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def _is_trace_dir(path: Path) -> bool:
+    try:
+        return json.loads((path / MANIFEST).read_bytes()).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _clean_stale(dest: Path) -> None:
+    """Remove temporaries that a killed writer left beside `dest`."""
+    for tmp in dest.parent.glob(f".{dest.name}.tmp-*"):
+        try:
+            pid = int(tmp.name.rsplit("-", 2)[-2])
+            os.kill(pid, 0)
+        except (ValueError, IndexError, ProcessLookupError):
+            shutil.rmtree(tmp, ignore_errors=True)
+        except PermissionError:
+            pass
+
+
+def write_trace(
+    path: str | Path,
+    manifest: dict[str, Any],
+    positions: dict[str, np.ndarray],
+    nodes: dict[str, np.ndarray],
+    *,
+    validate: bool = True,
+) -> Path:
+    """Validate and write a trace directory atomically, replacing a previous trace at `path`."""
+    dest = Path(path)
+    manifest = full_manifest(manifest)
+    if validate:
+        checker = TraceChecker(manifest, {k: np.asarray(v) for k, v in positions.items()})
+        checker.feed({k: np.asarray(v) for k, v in nodes.items() if v is not None})
+        checker.finish()
+    if dest.exists() and not (dest.is_dir() and (not any(dest.iterdir()) or _is_trace_dir(dest))):
+        raise EcoSimError(f"{dest}: exists and is not a trace; refusing to overwrite it")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _clean_stale(dest)
+    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        tmp.mkdir()
+        pos_table, node_table = _tables(manifest, positions, nodes)
+        pq.write_table(pos_table, tmp / POSITIONS, compression="zstd")
+        pq.write_table(node_table, tmp / NODES, compression="zstd", row_group_size=ROW_GROUP)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        for f in (POSITIONS, NODES, MANIFEST):
+            _fsync(tmp / f)
+        _fsync(tmp)
+        if not dest.exists():
+            tmp.rename(dest)
+        elif _exchange(tmp, dest):
+            shutil.rmtree(tmp)  # now holds the previous trace
+        else:
+            old = dest.parent / f".{dest.name}.old-{uuid.uuid4().hex[:8]}"
+            dest.rename(old)
+            tmp.rename(dest)
+            shutil.rmtree(old)
+        _fsync(dest.parent)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise EcoSimError(f"{dest}: could not write the trace ({e.strerror or e}); any previous trace is intact") from None
+    return dest
