@@ -1,0 +1,219 @@
+"""Synthetic traces for any catalogue shape: exercise the simulator at DeepSeek scale.
+
+Never a measurement: the manifest says `synthetic: true` and every report labels it. The generator
+is seeded and vectorised over nodes. What it models, each with a knob:
+
+- trees grown the EAGLE-2 way (expand the `topk` best nodes of each depth by `topk` children, keep
+  the `max_nodes` best by cumulative draft log-prob);
+- acceptance: with probability `accept` the target's next token is one of a node's draft children,
+  drawn by the draft's own probabilities (a calibrated draft), otherwise a token outside them;
+- routing: each of a node's top-k slots per layer comes from its parent's experts (`parent_affinity`),
+  from a fixed per-token expert set (`token_affinity`), or from a Zipf popularity prior (`skew`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ecosim.catalog.models import ModelShape
+from ecosim.trace.io import write_trace
+
+TASKS = ("coding", "reasoning", "qa", "dialogue")
+
+
+@dataclass(frozen=True)
+class SynthConfig:
+    """Knobs of the synthetic generator (each is an `ecosim synth` option)."""
+
+    requests: int = 4
+    positions: int = 256  # per request
+    depth: int = 6
+    topk: int = 4
+    max_nodes: int = 32  # candidates kept besides the root
+    accept: float = 0.8  # P(target's next token is among the draft's children)
+    confidence: float = 0.6  # mean draft probability of the top child
+    skew: float = 1.0  # Zipf exponent of expert popularity (0 = uniform)
+    token_affinity: float = 0.5  # P(a slot takes the token's own expert)
+    parent_affinity: float = 0.3  # P(a slot copies the parent's expert)
+    prompt_len: int = 64
+    active_vocab: int = 4096  # tokens drawn from the most frequent this many (Zipf 1.1)
+    gates: bool = False
+    seed: int = 0
+
+
+class _Tokens:
+    """Token ids drawn from a Zipf over the `active_vocab` most frequent, so tokens repeat."""
+
+    def __init__(self, cfg: SynthConfig, vocab: int, rng: np.random.Generator):
+        n = min(cfg.active_vocab, vocab)
+        w = 1.0 / np.arange(1, n + 1) ** 1.1
+        self.cdf = np.cumsum(w / w.sum())
+        self.ids = rng.permutation(vocab)[:n].astype(np.int32)
+        self.rng = rng
+
+    def draw(self, shape: tuple[int, ...]) -> np.ndarray:
+        ranks = np.minimum(np.searchsorted(self.cdf, self.rng.random(shape)), len(self.ids) - 1)
+        return self.ids[ranks]
+
+    def distinct(self, shape: tuple[int, ...]) -> np.ndarray:
+        """Draws whose last axis holds distinct ids (siblings carry distinct tokens)."""
+        x = self.draw(shape).reshape(-1, shape[-1])
+        return _dedup(x[:, None, :], lambda rows: self.draw(rows.shape + (shape[-1],))).reshape(shape)
+
+
+def _grow_trees(n_trees: int, cfg: SynthConfig, tokens: _Tokens, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """EAGLE-2 expansion of `n_trees` trees at once: (trees, nodes) arrays, node ids topological."""
+    T, K = n_trees, cfg.topk
+    widths = [min(K, K**d) if d else 1 for d in range(cfg.depth)]  # frontier size per depth
+    cap = 1 + K * sum(widths)
+    parent = np.full((T, cap), -1, dtype=np.int64)
+    depth = np.zeros((T, cap), dtype=np.int64)
+    tok = np.zeros((T, cap), dtype=np.int32)
+    logq = np.zeros((T, cap), dtype=np.float32)
+    cum = np.zeros((T, cap), dtype=np.float64)
+    nxt = tokens.draw((T, cap)).astype(np.int32)  # leaves: the target's next is some other token
+    rows = np.arange(T)[:, None]
+    frontier = np.zeros((T, 1), dtype=np.int64)
+    used = 1
+    rest = 0.5 ** np.arange(K - 1)
+    for d in range(1, cfg.depth + 1):
+        F = frontier.shape[1]
+        conf = np.clip(rng.beta(4 * cfg.confidence, 4 * (1 - cfg.confidence), (T, F)), 1e-3, 0.999)
+        q = np.concatenate([conf[..., None], (1 - conf[..., None]) * 0.9 * rest / rest.sum()], axis=-1)
+        kids = tokens.distinct((T, F, K))
+        # The target's verdict at each expanded node: a child drawn by the draft's probabilities, or outside.
+        picked = rng.random((T, F)) < cfg.accept
+        rank = (rng.random((T, F, 1)) * q.sum(-1, keepdims=True) > np.cumsum(q, -1)).sum(-1)
+        chosen = np.take_along_axis(kids, np.minimum(rank, K - 1)[..., None], -1)[..., 0]
+        outside = tokens.draw((T, F))
+        clash = (kids == outside[..., None]).any(-1)
+        while clash.any():
+            outside[clash] = tokens.draw((int(clash.sum()),))
+            clash = (kids == outside[..., None]).any(-1)
+        nxt[rows, frontier] = np.where(picked, chosen, outside)
+        ids = used + np.arange(F * K).reshape(F, K)
+        used += F * K
+        parent[:, ids] = frontier[:, :, None]
+        depth[:, ids] = d
+        tok[:, ids] = kids
+        logq[:, ids] = np.log(q).astype(np.float32)
+        cum[:, ids] = np.take_along_axis(cum, frontier, 1)[:, :, None] + np.log(q)
+        level = ids.reshape(-1)
+        best = np.argsort(-cum[:, level], axis=1, kind="stable")[:, : min(K, len(level))]
+        frontier = level[best]
+    cum_children = cum[:, 1:used]
+    keep = np.sort(np.argsort(-cum_children, axis=1, kind="stable")[:, : cfg.max_nodes] + 1, axis=1)
+    keep = np.concatenate([np.zeros((T, 1), dtype=np.int64), keep], axis=1)
+    new_id = np.full((T, cap), -1, dtype=np.int64)
+    new_id[rows, keep] = np.arange(keep.shape[1])
+    par_old = parent[rows, keep]
+    out = {
+        "node": np.broadcast_to(np.arange(keep.shape[1]), keep.shape).astype(np.int16),
+        "parent": np.where(par_old >= 0, new_id[rows, np.maximum(par_old, 0)], -1).astype(np.int16),
+        "depth": depth[rows, keep].astype(np.int8),
+        "token": tok[rows, keep],
+        "draft_logprob": logq[rows, keep],
+        "target_next": nxt[rows, keep],
+    }
+    agree = np.take_along_axis(nxt, np.maximum(par_old, 0), 1) == out["token"]
+    tlp = np.where(agree, np.log(rng.uniform(0.5, 1.0, keep.shape)), np.log(rng.uniform(1e-4, 0.3, keep.shape)))
+    tlp[:, 0] = np.nan
+    out["target_logprob"] = tlp.astype(np.float32)
+    return out
+
+
+def _route(model: ModelShape, cfg: SynthConfig, token: np.ndarray, parent_row: np.ndarray, depth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Experts (rows, layers, k) level by level, so each node can copy its parent's."""
+    L, E, k = model.num_moe_layers, model.num_experts, model.top_k
+    prior_perm = np.stack([rng.permutation(E) for _ in range(L)]).astype(np.int16)
+    home_perm = np.stack([rng.permutation(E) for _ in range(L)]).astype(np.int64)
+    w = 1.0 / np.arange(1, E + 1) ** cfg.skew
+    cdf = np.cumsum(w / w.sum())
+    salt = rng.integers(0, 2**31, L)
+    layer_idx = np.arange(L)[None, :, None]
+    out = np.empty((len(token), L, k), dtype=np.int16)
+
+    def prior(shape: tuple[int, ...], layers: np.ndarray) -> np.ndarray:
+        ranks = np.minimum(np.searchsorted(cdf, rng.random(shape, dtype=np.float32)), E - 1)
+        return prior_perm[layers, ranks]
+
+    for d in range(int(depth.max()) + 1 if len(depth) else 0):
+        for rows in np.array_split(np.flatnonzero(depth == d), max(1, int((depth == d).sum()) // 16384)):
+            m = len(rows)
+            if m == 0:
+                continue
+            h = (token[rows].astype(np.int64)[:, None] * 2654435761 + salt[None, :]) % E
+            home = home_perm[np.arange(L)[None, :, None], (h[:, :, None] + np.arange(k)) % E].astype(np.int16)
+            u = rng.random((m, L, k), dtype=np.float32)
+            x = np.where(u < cfg.parent_affinity + cfg.token_affinity, home, prior((m, L, k), np.broadcast_to(layer_idx, (m, L, k))))
+            if d > 0:
+                x = np.where(u < cfg.parent_affinity, out[parent_row[rows]], x)
+            out[rows] = _dedup(x, lambda layers: prior(layers.shape + (k,), layers[:, None]))
+    return out
+
+
+def _dedup(x: np.ndarray, resample: Any) -> np.ndarray:
+    """Replace repeated experts within a (node, layer) until each holds k distinct ids."""
+    k = x.shape[2]
+    earlier = np.tril(np.ones((k, k), dtype=bool), -1)
+    rows, layers = np.nonzero((np.sort(x, axis=2)[:, :, 1:] == np.sort(x, axis=2)[:, :, :-1]).any(axis=2))
+    for _ in range(64):
+        if len(rows) == 0:
+            return x
+        sub = x[rows, layers]
+        dup = ((sub[:, :, None] == sub[:, None, :]) & earlier).any(axis=2)
+        sub = np.where(dup, resample(layers), sub)
+        x[rows, layers] = sub
+        still = ((sub[:, :, None] == sub[:, None, :]) & earlier).any(axis=(1, 2))
+        rows, layers = rows[still], layers[still]
+    raise RuntimeError("could not draw distinct experts; is num_experts < top_k?")
+
+
+def synthesize(model: ModelShape, cfg: SynthConfig) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Manifest, positions and nodes of a synthetic trace."""
+    rng = np.random.default_rng(cfg.seed)
+    tokens = _Tokens(cfg, model.vocab_size, rng)
+    T, P = cfg.requests * cfg.positions, cfg.positions
+    trees = _grow_trees(T, cfg, tokens, rng)
+    # Continuity: each root is the target's greedy token after the previous root.
+    roots = trees["token"][:, 0].reshape(cfg.requests, P)
+    roots[:, 0] = tokens.draw((cfg.requests,))
+    roots[:, 1:] = trees["target_next"][:, 0].reshape(cfg.requests, P)[:, :-1]
+    trees["token"][:, 0] = roots.reshape(-1)
+    n = trees["node"].shape[1]
+    nodes = {k: np.ascontiguousarray(v).reshape(-1) for k, v in trees.items()}
+    nodes["request_id"] = np.repeat(np.arange(cfg.requests), P * n).astype(np.int32)
+    nodes["pos"] = np.tile(np.repeat(np.arange(P), n), cfg.requests).astype(np.int32)
+    start = np.repeat(np.arange(T) * n, n)
+    parent_row = np.where(nodes["parent"] >= 0, start + nodes["parent"], 0)
+    experts = _route(model, cfg, nodes["token"], parent_row, nodes["depth"], rng)
+    nodes["experts"] = experts.reshape(len(experts), -1)
+    if cfg.gates:
+        g = np.sort(rng.random(experts.shape, dtype=np.float32), axis=2)[:, :, ::-1]
+        nodes["gates"] = (g / g.sum(axis=2, keepdims=True)).reshape(len(experts), -1)
+    positions = {
+        "request_id": np.repeat(np.arange(cfg.requests), P).astype(np.int32),
+        "pos": np.tile(np.arange(P), cfg.requests).astype(np.int32),
+        "context_len": (cfg.prompt_len + np.tile(np.arange(P), cfg.requests)).astype(np.int32),
+        "n_nodes": np.full(T, n, dtype=np.int16),
+    }
+    requests = [{"request_id": r, "task": TASKS[r % len(TASKS)], "positions": P} for r in range(cfg.requests)]
+    manifest = {
+        "synthetic": True,
+        "model": model.to_manifest(),
+        "draft": {"name": "synthetic", "params": 0, "bytes": 0},
+        "tree": {"depth": cfg.depth, "topk": cfg.topk, "max_nodes": cfg.max_nodes},
+        "decoding": {"mode": "greedy"},
+        "requests": requests,
+        "recorded_on": {"generator": "ecosim synth", "config": dict(cfg.__dict__)},
+    }
+    return manifest, positions, nodes
+
+
+def write_synthetic(path: Path, model: ModelShape, cfg: SynthConfig) -> Path:
+    manifest, positions, nodes = synthesize(model, cfg)
+    return write_trace(path, manifest, positions, nodes)
