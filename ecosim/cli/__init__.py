@@ -1,0 +1,65 @@
+"""The `ecosim` command line: one typer app, one module per group of commands.
+
+Every user error (a bad path, value, unit or trace) is one line on stderr and exit status 2,
+never a traceback; `--help` on every command says what each option means.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+from rich.console import Console
+
+from ecosim.errors import EcoSimError
+
+app = typer.Typer(
+    name="ecosim",
+    help="Trace-driven simulator of cost-aware speculative decoding on Mixture-of-Experts models.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def wide_console() -> Console:
+    """Tables stay readable when piped (rich would otherwise wrap them at 80 columns)."""
+    return Console(width=max(Console().width, 160))
+
+
+def fail(message: str) -> None:
+    """Report a user error the one way the CLI does."""
+    raise EcoSimError(message)
+
+
+def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
+    """Run a typer app; user errors become one line on stderr and exit status 2."""
+    try:
+        app(args=argv, prog_name=prog, standalone_mode=False)
+    except EcoSimError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    except click.exceptions.NoArgsIsHelp:
+        return 0
+    except click.UsageError as e:
+        print(f"{prog}: error: {e.format_message()} (see '{prog} --help')", file=sys.stderr)
+        return 2
+    except click.Abort:
+        print(f"{prog}: aborted", file=sys.stderr)
+        return 130
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ecosim.cli import replay, traces  # noqa: F401  (each module registers its commands)
+
+    return run(app, "ecosim", argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

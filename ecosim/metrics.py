@@ -1,0 +1,85 @@
+"""Every number a replay prints, defined once (README "Metrics" restates these).
+
+- tokens: tokens produced; equals the trace's positions whatever the policy (the last step is
+  cut at the end of the request).
+- steps: verification forwards.
+- tokens_per_step: tokens / steps = mean accepted length + 1.
+- experts_per_step: mean over steps of the sum over MoE layers of the union size of the true
+  experts of the verified nodes (distinct experts touched, not cache misses).
+- expert_bytes_per_token: routed-expert bytes read from HBM per token (union x expert_bytes).
+- pcie_bytes_per_token: expert bytes copied over PCIe per token (offload misses; 0 otherwise).
+- time_s, time_per_token_s: simulated seconds, and per token.
+- speedup_vs_ar: time_per_token of `ar` / time_per_token of this policy, same cost model.
+- oracle_fraction: time of the `oracle` bound / time of this policy (1.0 = as good as possible).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass
+class Row:
+    """One policy's replay of one trace (or the total over traces)."""
+
+    trace: str
+    synthetic: bool
+    requests: int
+    tokens: int
+    steps: int
+    verified: int  # tokens verified, roots included
+    expert_loads: int  # sum over steps and MoE layers of union sizes
+    expert_bytes: float
+    pcie_bytes: float
+    time_s: float
+    speedup_vs_ar: float | None = None
+    oracle_fraction: float | None = None
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.tokens / self.steps if self.steps else 0.0
+
+    @property
+    def experts_per_step(self) -> float:
+        return self.expert_loads / self.steps if self.steps else 0.0
+
+    @property
+    def expert_bytes_per_token(self) -> float:
+        return self.expert_bytes / self.tokens if self.tokens else 0.0
+
+    @property
+    def time_per_token_s(self) -> float:
+        return self.time_s / self.tokens if self.tokens else 0.0
+
+    def compare(self, ar: Row, oracle: Row) -> Row:
+        """Fill the ratios against `ar` and the `oracle` bound of the same trace(s)."""
+        self.speedup_vs_ar = ar.time_per_token_s / self.time_per_token_s if self.time_s else None
+        self.oracle_fraction = oracle.time_s / self.time_s if self.time_s else None
+        return self
+
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d.update(
+            tokens_per_step=self.tokens_per_step,
+            experts_per_step=self.experts_per_step,
+            expert_bytes_per_token=self.expert_bytes_per_token,
+            pcie_bytes_per_token=self.pcie_bytes / self.tokens if self.tokens else 0.0,
+            time_per_token_s=self.time_per_token_s,
+        )
+        return d
+
+
+def total(rows: list[Row], name: str = "total") -> Row:
+    """Sums tokens, steps and time over traces; the ratios are recomputed from the sums."""
+    return Row(
+        trace=name,
+        synthetic=any(r.synthetic for r in rows),
+        requests=sum(r.requests for r in rows),
+        tokens=sum(r.tokens for r in rows),
+        steps=sum(r.steps for r in rows),
+        verified=sum(r.verified for r in rows),
+        expert_loads=sum(r.expert_loads for r in rows),
+        expert_bytes=sum(r.expert_bytes for r in rows),
+        pcie_bytes=sum(r.pcie_bytes for r in rows),
+        time_s=sum(r.time_s for r in rows),
+    )

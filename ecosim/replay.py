@@ -1,0 +1,195 @@
+"""The fast engine: replay a policy over a trace, vectorised with numpy.
+
+A replay in four moves, following TRACE_FORMAT.md's loop:
+1. select a subtree at *every* position (selection never depends on the trajectory);
+2. walk each request: from pos, step to pos + accepted + 1 (cheap: integers only);
+3. pack the true experts of the selected nodes of the visited positions into bitsets and OR them
+   into each step's union (per device under ep:N);
+4. price the steps with the cost model (the offload cache is walked in step order).
+Selections, walks and unions are cached per policy, so a sweep over bandwidths or devices
+re-prices without re-selecting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ecosim import bitsets
+from ecosim.cache import ExpertCache
+from ecosim.cost import CostModel
+from ecosim.metrics import Row
+from ecosim.oracle import shortest_path
+from ecosim.policies import PolicySpec, select_ar, select_confidence, select_ecospec
+from ecosim.predictors import ExpertPredictor, get_predictor
+from ecosim.trace.io import Trace
+from ecosim.tree import Trees
+
+
+@dataclass
+class Steps:
+    """The verification steps one policy takes through a trace, in the order they run."""
+
+    request: np.ndarray  # request id of each step
+    tree: np.ndarray  # index of the candidate tree (position row) each step verifies
+    tokens: np.ndarray  # tokens the step yields (accepted + 1, cut at the request's end)
+    verified: np.ndarray  # tokens verified (selected nodes, root included)
+    bits: np.ndarray  # (steps, layers, words) union of the verified nodes' true experts
+    context: np.ndarray  # context length before the root
+    speculative: np.ndarray  # whether a draft tree was built for the step
+
+    def __len__(self) -> int:
+        return len(self.tree)
+
+
+def walk(trees: Trees, accept: np.ndarray) -> np.ndarray:
+    """Trees visited when each request steps from pos to pos + accept[pos] + 1."""
+    visited: list[int] = []
+    acc = accept.tolist()
+    for _, sl in trees.request_slices():
+        p, end = sl.start, sl.stop
+        while p < end:
+            visited.append(p)
+            p += acc[p] + 1
+    return np.asarray(visited, dtype=np.int64)
+
+
+def union_bits(trace: Trace, trees: Trees, selected: np.ndarray, visited: np.ndarray) -> np.ndarray:
+    """(steps, layers, words): OR of the true-expert bitsets of each visited tree's selected rows."""
+    in_step = np.zeros(trees.n_trees, dtype=bool)
+    in_step[visited] = True
+    rows = np.flatnonzero(selected & in_step[trees.tree_of_row])
+    bits = bitsets.pack(trace.experts_3d()[rows], trace.model.num_experts)
+    starts = np.flatnonzero(np.diff(trees.tree_of_row[rows], prepend=-1))
+    return np.bitwise_or.reduceat(bits, starts, axis=0) if len(rows) else bits
+
+
+@dataclass
+class TraceReplay:
+    """Replays of one trace under many policies and cost models, sharing what they can."""
+
+    trace: Trace
+    predictors: dict[str, ExpertPredictor] = field(default_factory=dict)
+    _trees: Trees | None = None
+    _predicted: dict[str, np.ndarray] = field(default_factory=dict)
+    _steps: dict[PolicySpec, Steps] = field(default_factory=dict)
+
+    @property
+    def trees(self) -> Trees:
+        if self._trees is None:
+            self._trees = Trees(self.trace)
+        return self._trees
+
+    def predicted(self, name: str) -> np.ndarray:
+        if name not in self._predicted:
+            pred = self.predictors.get(name) or get_predictor(name)
+            self._predicted[name] = pred.predict(self.trace)
+        return self._predicted[name]
+
+    def selection(self, spec: PolicySpec) -> np.ndarray:
+        t = self.trees
+        if spec.name == "ar":
+            return select_ar(t)
+        if spec.name == "confidence":
+            return select_confidence(t, spec.budget)
+        if spec.name == "ecospec":
+            m = self.trace.model
+            return select_ecospec(t, spec.budget, spec.lam, self.predicted(spec.predictor), m.num_experts, m.top_k, spec.score)
+        raise ValueError(f"{spec.name} is not a selection policy")
+
+    def steps(self, spec: PolicySpec) -> Steps:
+        """Walk and unions of a selection policy (cached; independent of the cost model)."""
+        key = self._key(spec)
+        if key not in self._steps:
+            t = self.trees
+            selected = self.selection(spec)
+            accept = t.selected_accept_len(selected)
+            visited = walk(t, accept)
+            self._steps[key] = self._make_steps(visited, accept[visited], t.selected_count(selected)[visited],
+                                                union_bits(self.trace, t, selected, visited),
+                                                np.full(len(visited), spec.speculative))
+        return self._steps[key]
+
+    def oracle_steps(self, cost: CostModel) -> Steps:
+        """The shortest path of oracle.py under `cost` (every expert a hit under offload)."""
+        t = self.trees
+        chain = t.chain
+        cuts = chain.shape[1]
+        rows = np.where(chain >= 0, chain, 0)
+        bits = bitsets.pack(self.trace.experts_3d()[rows.ravel()], self.trace.model.num_experts)
+        bits = np.bitwise_or.accumulate(bits.reshape(t.n_trees, cuts, *bits.shape[1:]), axis=1)
+        ctx = self.trace.positions["context_len"].astype(np.int64)
+        flat = bits.reshape(t.n_trees * cuts, *bits.shape[2:])
+        a = np.tile(np.arange(cuts), t.n_trees)
+        costs = cost.step_times(self._union(flat, cost), a + 1, np.repeat(ctx, cuts), speculative=False)
+        draft = cost.draft_time(speculative=True)
+        costs = (costs + np.where(a > 0, draft, 0.0)).reshape(t.n_trees, cuts)
+        visited, taken = [], []
+        for _, sl in t.request_slices():
+            _, path = shortest_path(costs[sl], t.accept_len[sl])
+            pos = sl.start + np.concatenate([[0], np.cumsum(path + 1)[:-1]])
+            visited.append(pos)
+            taken.append(path)
+        v = np.concatenate(visited) if visited else np.zeros(0, dtype=np.int64)
+        cut = np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
+        return self._make_steps(v, cut, cut + 1, bits[v, cut], cut > 0)
+
+    def _make_steps(self, visited: np.ndarray, accept: np.ndarray, verified: np.ndarray, bits: np.ndarray,
+                    speculative: np.ndarray) -> Steps:
+        t = self.trees
+        req = self.trace.positions["request_id"][visited]
+        end = np.zeros(t.n_trees, dtype=np.int64)
+        for _, sl in t.request_slices():
+            end[sl] = sl.stop
+        tokens = np.minimum(accept + 1, end[visited] - visited)
+        ctx = self.trace.positions["context_len"][visited].astype(np.int64)
+        return Steps(req, visited, tokens, verified, bits, ctx, speculative)
+
+    @staticmethod
+    def _key(spec: PolicySpec) -> PolicySpec:
+        """Specs that select the same subtrees share one cache entry."""
+        if spec.name == "ar":
+            return PolicySpec("ar", 0, 0.0, "none")
+        if spec.name == "confidence":
+            return PolicySpec("confidence", spec.budget, 0.0, "none")
+        return spec
+
+    def _union(self, bits: np.ndarray, cost: CostModel) -> np.ndarray:
+        if cost.placement.kind == "ep":
+            masks = bitsets.device_masks(self.trace.model.num_experts, cost.placement.devices)
+            return bitsets.count_per_device(bits, masks)
+        return bitsets.count(bits)
+
+    def price(self, steps: Steps, cost: CostModel, cache: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds per step and PCIe misses per step (offload walks its cache in step order;
+        `cache=False` prices every expert as a hit, as the oracle bound does)."""
+        misses = None
+        if cost.placement.kind == "offload" and cache:
+            m = self.trace.model
+            cache = ExpertCache(m.num_moe_layers, m.num_experts, cost.placement.capacity, cost.placement.eviction)
+            misses = np.stack([cache.access(b) for b in steps.bits]) if len(steps) else np.zeros((0, m.num_moe_layers))
+        union = self._union(steps.bits, cost)
+        times = cost.layer_times(union, steps.verified, misses).sum(axis=1)
+        times = times + cost.other_times(steps.verified, steps.context, speculative=False)
+        times = times + np.where(steps.speculative, cost.draft_time(speculative=True), 0.0)
+        return times, (misses.sum(axis=1) if misses is not None else np.zeros(len(steps)))
+
+    def run(self, spec: PolicySpec, cost: CostModel) -> Row:
+        """One policy's totals over this trace."""
+        steps = self.oracle_steps(cost) if spec.name == "oracle" else self.steps(spec)
+        times, misses = self.price(steps, cost, cache=spec.name != "oracle")
+        loads = int(bitsets.count(steps.bits).sum()) if len(steps) else 0
+        eb = float(self.trace.model.expert_bytes)
+        return Row(
+            trace=self.trace.name,
+            synthetic=self.trace.synthetic,
+            requests=len(self.trace.manifest["requests"]),
+            tokens=int(steps.tokens.sum()),
+            steps=len(steps),
+            verified=int(steps.verified.sum()),
+            expert_loads=loads,
+            expert_bytes=loads * eb,
+            pcie_bytes=float(misses.sum()) * eb,
+            time_s=float(times.sum()),
+        )
