@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
 from rich.console import Console
 
 from ecosim.errors import EcoSimError
+
+try:  # typer >= 0.20 vendors its own copy of click; its exceptions are the ones raised
+    from typer._click import exceptions as click
+except ImportError:  # pragma: no cover - older typer on the real click
+    from click import exceptions as click  # type: ignore[no-redef]
 
 app = typer.Typer(
     name="ecosim",
@@ -40,15 +44,15 @@ def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
     except EcoSimError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
-    except click.exceptions.NoArgsIsHelp:
+    except getattr(click, "NoArgsIsHelpError", ()):  # help was printed for a bare command
         return 0
-    except click.UsageError as e:
+    except (click.UsageError, click.ClickException) as e:
         print(f"{prog}: error: {e.format_message()} (see '{prog} --help')", file=sys.stderr)
         return 2
-    except click.Abort:
+    except (typer.Abort, KeyboardInterrupt):
         print(f"{prog}: aborted", file=sys.stderr)
         return 130
-    except click.exceptions.Exit as e:
+    except typer.Exit as e:
         return e.exit_code
     except BrokenPipeError:
         return 0
@@ -59,7 +63,3 @@ def main(argv: list[str] | None = None) -> int:
     from ecosim.cli import replay, traces  # noqa: F401  (each module registers its commands)
 
     return run(app, "ecosim", argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,3 @@
+from ecosim.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""Shared fixtures: small synthetic traces and the hand-built trace of the policy tests."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import settings
+
+from ecosim.catalog.models import ModelShape
+from ecosim.synth import SynthConfig, synthesize
+
+settings.register_profile("ci", max_examples=200, deadline=None, derandomize=True)
+settings.register_profile("dev", max_examples=50, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TINY = ModelShape(
+    name="tiny-test", family="qwen3_moe", num_layers=3, moe_layers=(0, 1, 2), num_experts=8, top_k=2,
+    num_shared_experts=0, hidden_size=64, moe_intermediate_size=32, vocab_size=500,
+    expert_bytes=1_000_000, dense_bytes=3_000_000, kv_bytes_per_token=1024, bytes_per_param=2.0,
+)
+
+
+def tiny_trace(seed: int = 0, **overrides) -> tuple[dict, dict, dict]:
+    """(manifest, positions, nodes) of a small synthetic trace of the TINY shape."""
+    cfg = dict(requests=2, positions=40, depth=4, topk=3, max_nodes=12, seed=seed)
+    cfg.update(overrides)
+    return synthesize(TINY, SynthConfig(**cfg))
+
+
+def hand_trace() -> tuple[dict, dict, dict]:
+    """The 3-position trace whose every figure tests/test_policies.py works out by hand.
+
+    2 MoE layers of 4 experts, top-2. Trees (node: parent, token, q, target_next, experts L0 | L1):
+      pos 0  root 10 -> 11  [0,1] | [0,1]
+             n1 <0  11  0.6 -> 12  [0,1] | [2,3]   accepted
+             n2 <0  13  0.3 -> 5   [2,3] | [0,1]   rejected
+             n3 <1  12  0.4 -> 7   [0,2] | [2,3]   accepted (depth 2)
+      pos 1  root 11 -> 12  [0,1] | [2,3]
+             n1 <0  12  0.9 -> 99  [0,2] | [2,3]   accepted
+      pos 2  root 12 -> 7   [0,2] | [2,3]
+             n1 <0  7   0.5 -> 8   [3,1] | [0,3]   accepted
+    """
+    model = ModelShape(
+        name="hand", family="qwen3_moe", num_layers=2, moe_layers=(0, 1), num_experts=4, top_k=2,
+        num_shared_experts=0, hidden_size=8, moe_intermediate_size=8, vocab_size=100,
+        expert_bytes=1_000_000, dense_bytes=0,
+    ).to_manifest()
+    rows = [  # pos, node, parent, depth, token, q, target_next, experts
+        (0, 0, -1, 0, 10, 1.0, 11, [0, 1, 0, 1]),
+        (0, 1, 0, 1, 11, 0.6, 12, [0, 1, 2, 3]),
+        (0, 2, 0, 1, 13, 0.3, 5, [2, 3, 0, 1]),
+        (0, 3, 1, 2, 12, 0.4, 7, [0, 2, 2, 3]),
+        (1, 0, -1, 0, 11, 1.0, 12, [0, 1, 2, 3]),
+        (1, 1, 0, 1, 12, 0.9, 99, [0, 2, 2, 3]),
+        (2, 0, -1, 0, 12, 1.0, 7, [0, 2, 2, 3]),
+        (2, 1, 0, 1, 7, 0.5, 8, [3, 1, 0, 3]),
+    ]
+    nodes = {
+        "request_id": np.zeros(len(rows), np.int32),
+        "pos": np.array([r[0] for r in rows], np.int32),
+        "node": np.array([r[1] for r in rows], np.int16),
+        "parent": np.array([r[2] for r in rows], np.int16),
+        "depth": np.array([r[3] for r in rows], np.int8),
+        "token": np.array([r[4] for r in rows], np.int32),
+        "draft_logprob": np.array([0.0 if r[1] == 0 else math.log(r[5]) for r in rows], np.float32),
+        "target_next": np.array([r[6] for r in rows], np.int32),
+        "target_logprob": np.array([np.nan if r[1] == 0 else -0.1 for r in rows], np.float32),
+        "experts": np.array([r[7] for r in rows], np.int16),
+    }
+    positions = {
+        "request_id": np.zeros(3, np.int32), "pos": np.arange(3, dtype=np.int32),
+        "context_len": np.arange(3, dtype=np.int32) + 4, "n_nodes": np.array([4, 2, 2], np.int16),
+    }
+    manifest = {
+        "synthetic": True, "model": model, "draft": {"name": "hand", "params": 0, "bytes": 0},
+        "tree": {"depth": 2, "topk": 2, "max_nodes": 3}, "decoding": {"mode": "greedy"},
+        "requests": [{"request_id": 0, "task": "qa", "prompt_ids": [1, 2, 3, 4], "positions": 3}],
+        "recorded_on": {"by": "tests/conftest.py, by hand"},
+    }
+    return manifest, positions, nodes
+
+
+@pytest.fixture
+def write(tmp_path):
+    """Write (manifest, positions, nodes) to a fresh trace directory and return its path."""
+    from ecosim.trace.io import write_trace
+
+    counter = iter(range(10**6))
+
+    def _write(parts, name: str | None = None, validate: bool = True) -> Path:
+        return write_trace(tmp_path / (name or f"t{next(counter)}"), *parts, validate=validate)
+
+    return _write
