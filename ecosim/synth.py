@@ -130,16 +130,17 @@ def _route(model: ModelShape, cfg: SynthConfig, token: np.ndarray, parent_row: n
     """Experts (rows, layers, k) level by level, so each node can copy its parent's."""
     L, E, k = model.num_moe_layers, model.num_experts, model.top_k
     prior_perm = np.stack([rng.permutation(E) for _ in range(L)]).astype(np.int16)
-    home_perm = np.stack([rng.permutation(E) for _ in range(L)]).astype(np.int64)
+    home_perm = np.stack([rng.permutation(E) for _ in range(L)]).astype(np.int16)
     w = 1.0 / np.arange(1, E + 1) ** cfg.skew
     cdf = np.cumsum(w / w.sum())
+    # Inverse CDF tabulated on 2^16 quantiles: one gather per draw instead of a binary search.
+    inverse = np.minimum(np.searchsorted(cdf, (np.arange(1 << 16) + 0.5) / (1 << 16)), E - 1).astype(np.int64)
     salt = rng.integers(0, 2**31, L)
     layer_idx = np.arange(L)[None, :, None]
     out = np.empty((len(token), L, k), dtype=np.int16)
 
     def prior(shape: tuple[int, ...], layers: np.ndarray) -> np.ndarray:
-        ranks = np.minimum(np.searchsorted(cdf, rng.random(shape, dtype=np.float32)), E - 1)
-        return prior_perm[layers, ranks]
+        return prior_perm[layers, inverse[rng.integers(0, 1 << 16, shape, dtype=np.int32)]]
 
     for d in range(int(depth.max()) + 1 if len(depth) else 0):
         for rows in np.array_split(np.flatnonzero(depth == d), max(1, int((depth == d).sum()) // 16384)):
@@ -147,9 +148,11 @@ def _route(model: ModelShape, cfg: SynthConfig, token: np.ndarray, parent_row: n
             if m == 0:
                 continue
             h = (token[rows].astype(np.int64)[:, None] * 2654435761 + salt[None, :]) % E
-            home = home_perm[np.arange(L)[None, :, None], (h[:, :, None] + np.arange(k)) % E].astype(np.int16)
+            home = home_perm[np.arange(L)[None, :, None], (h[:, :, None] + np.arange(k)) % E]
             u = rng.random((m, L, k), dtype=np.float32)
-            x = np.where(u < cfg.parent_affinity + cfg.token_affinity, home, prior((m, L, k), np.broadcast_to(layer_idx, (m, L, k))))
+            x = home.copy()
+            free = u >= cfg.parent_affinity + cfg.token_affinity
+            x[free] = prior((int(free.sum()),), np.broadcast_to(layer_idx, (m, L, k))[free])
             if d > 0:
                 x = np.where(u < cfg.parent_affinity, out[parent_row[rows]], x)
             out[rows] = _dedup(x, lambda layers: prior(layers.shape + (k,), layers[:, None]))
@@ -160,7 +163,9 @@ def _dedup(x: np.ndarray, resample: Any) -> np.ndarray:
     """Replace repeated experts within a (node, layer) until each holds k distinct ids."""
     k = x.shape[2]
     earlier = np.tril(np.ones((k, k), dtype=bool), -1)
-    rows, layers = np.nonzero((np.sort(x, axis=2)[:, :, 1:] == np.sort(x, axis=2)[:, :, :-1]).any(axis=2))
+    xs = np.sort(x, axis=2)
+    rows, layers = np.nonzero((xs[:, :, 1:] == xs[:, :, :-1]).any(axis=2))
+    del xs
     for _ in range(64):
         if len(rows) == 0:
             return x
