@@ -111,6 +111,12 @@ class TraceReplay:
                                                 np.full(len(visited), spec.speculative))
         return self._steps[key]
 
+    def unions_everywhere(self, spec: PolicySpec) -> np.ndarray:
+        """(positions, layers) union sizes of the policy's selection at *every* position (not only
+        those its trajectory visits): what the tree would read wherever it were verified."""
+        t = self.trees
+        return bitsets.count(union_bits(self.trace, t, self.selection(spec), np.arange(t.n_trees)))
+
     def oracle_steps(self, cost: CostModel) -> Steps:
         """The shortest path of oracle.py under `cost` (every expert a hit under offload)."""
         t = self.trees

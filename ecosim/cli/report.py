@@ -1,0 +1,23 @@
+"""`ecosim report`: execute the report notebooks into HTML with their plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ecosim.cli import app
+from ecosim.report import ReportConfig, build
+
+
+@app.command()
+def report(
+    traces: Annotated[Path, typer.Option(help="Traces the notebooks replay (real ones are preferred; synthetic are labelled).")] = Path("traces"),
+    out: Annotated[Path, typer.Option(help="Where the HTML pages and PNG figures go.")] = Path("reports/_build"),
+    validation: Annotated[Path | None, typer.Option(help="A `validate report` folder with measured-vs-simulated results.")] = None,
+    only: Annotated[list[str] | None, typer.Option(help="Build only these notebooks (repeatable), e.g. --only pareto.")] = None,
+) -> None:
+    """Execute every notebook in reports/ (jupytext sources) with a real kernel; write HTML + PNGs."""
+    pages = build(ReportConfig(traces, out, validation, tuple(only or ())), progress=lambda name: print(f"built {name}"))
+    print(f"{len(pages)} reports in {out}")

@@ -1,0 +1,78 @@
+"""Build the report notebooks: jupytext sources in reports/ executed into HTML with their plots.
+
+Each notebook is a plain `.py` file in percent format (diffable). Building one means: convert it
+to a notebook with the `python3` kernel, execute it with papermill (a real kernel in this
+environment, parameters injected into the cell tagged `parameters`), and export HTML. Figures are
+also saved as PNG files beside the HTML by the notebooks themselves (`save(fig, name)`).
+A failing cell fails the build with the notebook's name and the error's last line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ecosim.errors import EcoSimError
+
+REPORTS = Path(__file__).resolve().parent.parent / "reports"
+ORDER = ("expert_scattering", "cost_vs_experts", "lambda_sweep", "pareto", "predictors", "fidelity", "reproduction")
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """What the notebooks read and where the build goes; each field is an `ecosim report` option."""
+
+    traces: Path = Path("traces")
+    out: Path = Path("reports/_build")
+    validation: Path | None = None  # a `validate report` folder (measured vs simulated)
+    only: tuple[str, ...] = ()
+
+
+def notebooks(only: tuple[str, ...] = ()) -> list[Path]:
+    found = {p.stem: p for p in REPORTS.glob("*.py") if not p.name.startswith("_")}
+    names = [n for n in ORDER if n in found] + sorted(set(found) - set(ORDER))
+    unknown = set(only) - set(names)
+    if unknown:
+        raise EcoSimError(f"unknown notebook(s) {', '.join(sorted(unknown))}; known: {', '.join(names)}")
+    return [found[n] for n in names if not only or n in only]
+
+
+def build(cfg: ReportConfig, progress=None) -> list[Path]:
+    """Execute the notebooks; returns the HTML files written."""
+    try:
+        import jupytext
+        import nbformat
+        import papermill
+        from nbconvert import HTMLExporter
+    except ImportError as e:
+        raise EcoSimError(f"reports need the reports extra: pip install -e '.[reports]' ({e.name} is missing)") from None
+    if not cfg.traces.exists():
+        raise EcoSimError(f"{cfg.traces}: no such traces directory")
+    out = cfg.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for src in notebooks(cfg.only):
+        nb = jupytext.read(src)
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        params = {
+            "traces": str(cfg.traces.resolve()),
+            "out": str(out / src.stem),
+            "validation": str(cfg.validation.resolve()) if cfg.validation else "",
+        }
+        (out / src.stem).mkdir(exist_ok=True)
+        raw = out / f"{src.stem}.ipynb"
+        nbformat.write(nb, raw)
+        try:
+            papermill.execute_notebook(str(raw), str(raw), parameters=params, kernel_name="python3",
+                                       cwd=str(REPORTS.parent), progress_bar=False, log_output=False)
+        except papermill.PapermillExecutionError as e:
+            raise EcoSimError(f"{src.name}: cell {e.exec_count} failed: {e.ename}: {str(e.evalue).splitlines()[0][:300]}") from None
+        html, _ = HTMLExporter().from_notebook_node(nbformat.read(raw, as_version=4))
+        page = out / f"{src.stem}.html"
+        page.write_text(html, encoding="utf-8")
+        written.append(page)
+        if progress:
+            progress(src.stem)
+    (out / "index.json").write_text(json.dumps([p.name for p in written], indent=1))
+    return written

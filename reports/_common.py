@@ -1,0 +1,35 @@
+"""Shared by the report notebooks: figure style, saving, and labelling real vs synthetic data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ecosim.trace.io import Trace, find_traces, read_trace  # noqa: E402
+
+plt.rcParams.update({"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "figure.figsize": (7.5, 4.5)})
+
+
+def save(fig, out: str | Path, name: str) -> Path:
+    """Save a figure as PNG beside the HTML (and keep it displayed inline)."""
+    path = Path(out) / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, bbox_inches="tight")
+    return path
+
+
+def load_traces(root: str | Path) -> list[Trace]:
+    return [read_trace(p) for p in find_traces([str(root)])]
+
+
+def kind(trace: Trace) -> str:
+    return "synthetic" if trace.synthetic else "real"
+
+
+def task_of(trace: Trace) -> str:
+    tasks = sorted({r["task"] for r in trace.manifest["requests"]})
+    return tasks[0] if len(tasks) == 1 else "+".join(tasks)

@@ -1,0 +1,68 @@
+# %% [markdown]
+# # The front: time per token against experts loaded per step
+#
+# Every configuration (policy x budget x lambda) replayed on the traces under `traces/` (real ones;
+# synthetic ones only when there are no real ones, and then said so) on a simulated H200 at its
+# data-sheet bandwidth. Points on the Pareto front (no other configuration is both faster and
+# lighter on experts) are highlighted; the winner (least time per token) is marked.
+
+# %% tags=["parameters"]
+traces = "traces"
+out = "reports/_build/pareto"
+validation = ""
+
+# %%
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ecosim.catalog.devices import get_device
+from ecosim.cost import CostConfig
+from ecosim.metrics import total
+from ecosim.placement import Placement
+from ecosim.policies import PolicySpec
+from ecosim.replay import TraceReplay
+from ecosim.simulate import cost_model
+from reports._common import load_traces, save
+
+all_traces = load_traces(traces)
+real = [t for t in all_traces if not t.synthetic] or all_traces
+label = "real" if not real[0].synthetic else "synthetic"
+replays = [TraceReplay(t) for t in real]
+device = get_device("h200")
+
+specs = [PolicySpec("ar")]
+specs += [PolicySpec("confidence", b) for b in (2, 4, 8, 16, 32)]
+specs += [PolicySpec("ecospec", b, float(l), "oracle") for b in (4, 8, 16, 32) for l in (0.1, 0.25, 0.5, 1.0, 2.0)]
+points = []
+for s in specs:
+    row = total([r.run(s, cost_model(r.trace, device, Placement(), CostConfig())) for r in replays])
+    points.append((s, row.experts_per_step, row.time_per_token_s * 1e3))
+
+
+def front(pts):
+    keep = []
+    for s, x, y in pts:
+        if not any((x2 <= x and y2 <= y) and (x2 < x or y2 < y) for _, x2, y2 in pts):
+            keep.append((s, x, y))
+    return sorted(keep, key=lambda p: p[1])
+
+
+f = front(points)
+winner = min(points, key=lambda p: p[2])
+fig, ax = plt.subplots()
+for name, color in (("ar", "k"), ("confidence", "C1"), ("ecospec", "C0")):
+    xs = [(x, y) for s, x, y in points if s.name == name]
+    ax.scatter(*zip(*xs), color=color, s=18, label=name, alpha=0.7)
+ax.plot([p[1] for p in f], [p[2] for p in f], color="C2", lw=2, label="Pareto front")
+ax.scatter([winner[1]], [winner[2]], marker="*", s=250, color="C3", zorder=5, label=f"winner: {winner[0].label()}")
+ax.set_xlabel("experts loaded per step (sum over MoE layers)")
+ax.set_ylabel("time per token (ms, simulated H200)")
+ax.set_title(f"time per token against experts per step ({label} traces)")
+ax.legend(fontsize=8)
+save(fig, out, "pareto")
+plt.show()
+
+# %%
+print("front:")
+for s, x, y in f:
+    print(f"  {s.label():<32} experts/step {x:8.1f}   ms/token {y:.4f}")

@@ -1,0 +1,36 @@
+"""CI executes every report notebook; each HTML page must carry its figures."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+pytest.importorskip("papermill")
+
+from ecosim.report import ORDER, ReportConfig, build, notebooks  # noqa: E402
+
+BUILD = ROOT / "reports" / "_build"  # CI keeps this folder as its artefact
+
+
+def test_every_notebook_is_known_and_in_order():
+    names = [p.stem for p in notebooks()]
+    assert names == [n for n in ORDER if n in names]
+    assert {"expert_scattering", "cost_vs_experts", "lambda_sweep", "pareto", "reproduction"} <= set(names)
+
+
+@pytest.mark.slow
+def test_build_all_notebooks_on_the_committed_traces():
+    pages = build(ReportConfig(traces=ROOT / "traces", out=BUILD))
+    assert [p.stem for p in pages] == [p.stem for p in notebooks()]
+    for page in pages:
+        html = page.read_text()
+        images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+        assert images, f"{page.name} has no figure"
+        assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
+        assert list((BUILD / page.stem).glob("*.png")), f"{page.stem}: no PNG saved"
+        assert "Traceback (most recent call last)" not in html
