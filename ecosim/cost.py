@@ -41,6 +41,9 @@ class CostConfig:
     step_overhead_s: float = 30e-6  # launches, sync, sampling per verification step
     draft_time_s: float | None = None  # per step; None: depth x draft bytes / bandwidth
     link_latency_s: float = 10e-6  # per all-to-all under ep:N
+    # How memory and compute time combine: "max" (a roofline: GPUs overlap them) or "sum" (no
+    # overlap: small models on CPUs, where `validate calibrate` fits both terms).
+    overlap: Literal["max", "sum"] = "max"
 
 
 # The costs the model leaves out; printed with every replay so nobody mistakes them for modelled.
@@ -75,7 +78,7 @@ class CostModel:
     @property
     def peak(self) -> float:
         raw = self.device.peak_fp8 if self.model.bytes_per_param <= 1.0 else self.device.peak_bf16
-        return raw * self.config.compute_efficiency
+        return raw * (self.device.compute_efficiency or self.config.compute_efficiency)
 
     @property
     def step_overhead(self) -> float:
@@ -90,6 +93,10 @@ class CostModel:
             return self.config.draft_time_s
         return self.tree_depth * self.draft_bytes / self.bw
 
+    def _combine(self, memory: np.ndarray | float, compute: np.ndarray) -> np.ndarray:
+        overlap = self.device.overlap or self.config.overlap
+        return np.maximum(memory, compute) if overlap == "max" else memory + compute
+
     def device_layer_times(self, union: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Seconds each device spends on each MoE layer: (steps, layers, devices).
 
@@ -101,7 +108,7 @@ class CostModel:
             return union * eb / self.bw
         d = union.shape[-1]
         flops = 2.0 * tokens.astype(np.float64)[:, None, None] * self.model.top_k * self.model.expert_params / d
-        return np.maximum(union * eb / self.bw, flops / self.peak)
+        return self._combine(union * eb / self.bw, flops / self.peak)
 
     def all_to_all_time(self, tokens: np.ndarray) -> np.ndarray:
         """Seconds per MoE layer of dispatch + combine under ep:N (0 on one device)."""
@@ -136,7 +143,7 @@ class CostModel:
         m = self.model
         share = self.placement.devices if self.placement.kind == "ep" else 1
         tok = tokens.astype(np.float64)
-        dense = np.maximum(m.dense_bytes / share / self.bw, 2.0 * tok * m.dense_params / share / self.peak)
+        dense = self._combine(m.dense_bytes / share / self.bw, 2.0 * tok * m.dense_params / share / self.peak)
         kv = (context.astype(np.float64) + tok) * m.kv_bytes_per_token / share / self.bw
         return dense + kv + self.step_overhead + self.draft_time(speculative)
 
@@ -156,6 +163,7 @@ class CostModel:
             **self.device.to_dict(),
             "placement": str(self.placement),
             "cost_mode": self.config.mode,
+            "overlap": self.device.overlap or self.config.overlap,
             "achieved_bw": self.bw,
             "achieved_peak_flops": self.peak,
             "step_overhead_s": 0.0 if self.experts_only else self.step_overhead,

@@ -30,6 +30,8 @@ class Device:
     # Fitted by `validate calibrate` for measured profiles; data-sheet devices leave them None.
     step_overhead_s: float | None = None
     bw_efficiency: float | None = None
+    compute_efficiency: float | None = None
+    overlap: str | None = None  # "max" or "sum": how memory and compute time combine (see cost.py)
     source: str = ""
 
     def replace(self, **changes: Any) -> Device:
