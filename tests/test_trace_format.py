@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import hand_trace, tiny_trace
@@ -174,6 +174,7 @@ def test_generated_valid_traces_pass(tmp_path_factory, seed, requests, positions
 COLUMNS = ["request_id", "pos", "node", "parent", "depth", "token", "draft_logprob", "target_next", "target_logprob", "experts"]
 
 
+@settings(max_examples=1000)
 @given(st.integers(0, 10**6), st.sampled_from(COLUMNS), st.integers(0, 10**6), st.integers(-(2**15), 2**15 - 1))
 def test_generated_corruptions_are_refused_or_harmless(tmp_path_factory, seed, column, where, value):
     """Overwrite one cell with an arbitrary value: either the trace is still valid by every
@@ -201,6 +202,7 @@ def test_generated_corruptions_are_refused_or_harmless(tmp_path_factory, seed, c
     assert column in ("draft_logprob", "target_logprob", "experts", "token", "target_next"), (column, value)
 
 
+@settings(max_examples=600)
 @given(st.integers(0, 10**6), st.sampled_from(["positions.parquet", "nodes.parquet", "manifest.json"]),
        st.sampled_from(["truncate", "garbage", "empty", "delete"]), st.integers(0, 10**6))
 def test_damaged_files_are_one_line_errors(tmp_path_factory, seed, name, how, cut):
