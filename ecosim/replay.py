@@ -60,9 +60,9 @@ def union_bits(trace: Trace, trees: Trees, selected: np.ndarray, visited: np.nda
     in_step = np.zeros(trees.n_trees, dtype=bool)
     in_step[visited] = True
     rows = np.flatnonzero(selected & in_step[trees.tree_of_row])
-    bits = bitsets.pack(trace.experts_3d()[rows], trace.model.num_experts)
-    starts = np.flatnonzero(np.diff(trees.tree_of_row[rows], prepend=-1))
-    return np.bitwise_or.reduceat(bits, starts, axis=0) if len(rows) else bits
+    step = np.cumsum(np.diff(trees.tree_of_row[rows], prepend=-1) != 0) - 1  # rows are in tree order
+    n = int(step[-1]) + 1 if len(rows) else 0
+    return bitsets.pack_groups(trace.experts_3d()[rows], step, n, trace.model.num_experts)
 
 
 @dataclass
@@ -122,9 +122,11 @@ class TraceReplay:
         t = self.trees
         chain = t.chain
         cuts = chain.shape[1]
-        rows = np.where(chain >= 0, chain, 0)
-        bits = bitsets.pack(self.trace.experts_3d()[rows.ravel()], self.trace.model.num_experts)
-        bits = np.bitwise_or.accumulate(bits.reshape(t.n_trees, cuts, *bits.shape[1:]), axis=1)
+        on_chain = chain >= 0  # a prefix of each row; cuts past A(p) are never priced by the path
+        bits = np.zeros((t.n_trees, cuts, self.trace.model.num_moe_layers, bitsets.n_words(self.trace.model.num_experts)),
+                        dtype=np.uint64)
+        bits[on_chain] = bitsets.pack(self.trace.experts_3d()[chain[on_chain]], self.trace.model.num_experts)
+        bits = np.bitwise_or.accumulate(bits, axis=1)
         ctx = self.trace.positions["context_len"].astype(np.int64)
         flat = bits.reshape(t.n_trees * cuts, *bits.shape[2:])
         a = np.tile(np.arange(cuts), t.n_trees)
@@ -184,18 +186,23 @@ class TraceReplay:
     def run(self, spec: PolicySpec, cost: CostModel) -> Row:
         """One policy's totals over this trace."""
         steps = self.oracle_steps(cost) if spec.name == "oracle" else self.steps(spec)
-        times, misses = self.price(steps, cost, cache=spec.name != "oracle")
-        loads = int(bitsets.count(steps.bits).sum()) if len(steps) else 0
-        eb = float(self.trace.model.expert_bytes)
-        return Row(
-            trace=self.trace.name,
-            synthetic=self.trace.synthetic,
-            requests=len(self.trace.manifest["requests"]),
-            tokens=int(steps.tokens.sum()),
-            steps=len(steps),
-            verified=int(steps.verified.sum()),
-            expert_loads=loads,
-            expert_bytes=loads * eb,
-            pcie_bytes=float(misses.sum()) * eb,
-            time_s=float(times.sum()),
-        )
+        return summarize(self, steps, cost, cache=spec.name != "oracle")
+
+
+def summarize(replay: TraceReplay, steps: Steps, cost: CostModel, cache: bool = True, requests: int | None = None) -> Row:
+    """Price `steps` and total them into a Row for `replay`'s trace (of `requests` requests)."""
+    times, misses = replay.price(steps, cost, cache=cache)
+    loads = int(bitsets.count(steps.bits).sum()) if len(steps) else 0
+    eb = float(replay.trace.model.expert_bytes)
+    return Row(
+        trace=replay.trace.name,
+        synthetic=replay.trace.synthetic,
+        requests=len(replay.trace.manifest["requests"]) if requests is None else requests,
+        tokens=int(steps.tokens.sum()),
+        steps=len(steps),
+        verified=int(steps.verified.sum()),
+        expert_loads=loads,
+        expert_bytes=loads * eb,
+        pcie_bytes=float(misses.sum()) * eb,
+        time_s=float(times.sum()),
+    )

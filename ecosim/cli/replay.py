@@ -23,6 +23,8 @@ from ecosim.placement import parse_placement
 from ecosim.policies import POLICIES, PolicySpec
 from ecosim.replay import TraceReplay
 from ecosim.simulate import PolicyResult, compare
+from ecosim.stream import StreamedReplay
+from ecosim.units import parse_quantity
 from ecosim.trace.io import find_traces, read_trace
 
 DEFAULT_PREDICTOR = "oracle"
@@ -82,6 +84,7 @@ def replay(
     max_batch: Annotated[int, typer.Option(min=1, help="des only: requests verified together in one step.")] = 1,
     prefetch: Annotated[bool, typer.Option(help="des only, offload: copy the next layer's misses while this layer computes.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="des only: write a Chrome/Perfetto trace of the first trace's timeline to FILE.")] = None,
+    max_memory: Annotated[str | None, typer.Option(help="Replay in pieces of whole requests within this much memory, e.g. 2GB (fast engine).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
 ) -> None:
     """Replay selection policies over recorded (or synthetic) traces and compare them.
@@ -104,7 +107,13 @@ def replay(
         from ecosim.predictors import get_predictor
         get_predictor(predictor)  # fail early on an unknown predictor
     paths = find_traces([str(p) for p in traces])
-    replays = [TraceReplay(read_trace(p)) for p in paths]
+    if max_memory:
+        if engine == "des":
+            fail("--max-memory replays with the fast engine only")
+        budget_bytes = parse_quantity(max_memory, "bytes")
+        replays = [StreamedReplay(p, budget_bytes) for p in paths]
+    else:
+        replays = [TraceReplay(read_trace(p)) for p in paths]
 
     if engine == "des":
         results = _des(replays, specs, device, place, config, arrivals, max_batch, prefetch, timeline)

@@ -222,6 +222,64 @@ def read_trace(path: str | Path, *, validate: bool = True) -> Trace:
     return Trace(path, manifest, positions, nodes)
 
 
+def row_bytes(manifest: dict[str, Any], gates: bool) -> int:
+    """Bytes of one node row in memory: the scalar columns plus the expert (and gate) lists."""
+    width = len(manifest["model"]["moe_layers"]) * manifest["model"]["top_k"]
+    scalars = sum(t.byte_width for t in NODE_COLUMNS.values())
+    return scalars + width * 2 + (width * 4 if gates else 0)
+
+
+def iter_request_chunks(path: str | Path, max_rows: int) -> Iterator[Trace]:
+    """The trace as sub-traces of whole requests, each holding at most `max_rows` node rows.
+
+    Every invariant is checked on the way (the checker keeps only per-tree root arrays), so a
+    trace larger than memory is validated and replayed in pieces. A single request larger than
+    `max_rows` is an error: requests are the unit a replay cannot split without changing it.
+    """
+    path = Path(path)
+    manifest, positions, checker = _checked(path)
+    req = positions["request_id"]
+    rows_per_tree = positions["n_nodes"].astype(np.int64)
+    cuts = np.flatnonzero(np.diff(req)) + 1
+    bounds = np.concatenate([[0], cuts, [len(req)]]).astype(np.int64)
+    tree_rows = np.concatenate([[0], np.cumsum(rows_per_tree)])
+    groups: list[tuple[int, int]] = []  # (first tree, end tree) per chunk
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        size = int(tree_rows[b] - tree_rows[a])
+        if size > max_rows:
+            raise EcoSimError(
+                f"{path}: request {int(req[a])} alone has {size} node rows, more than the {max_rows} the memory budget allows"
+            )
+        if groups and tree_rows[b] - tree_rows[groups[-1][0]] <= max_rows:
+            groups[-1] = (groups[-1][0], int(b))
+        else:
+            groups.append((int(a), int(b)))
+    by_id = {int(r["request_id"]): r for r in manifest["requests"]}
+    pending: list[dict[str, np.ndarray]] = []
+    have = 0
+    batches = iter_node_batches(path, manifest, batch_rows=max(1, min(max_rows, ROW_GROUP)))
+    try:
+        for first, end in groups:
+            need = int(tree_rows[end] - tree_rows[first])
+            while have < need:
+                batch = next(batches)
+                checker.feed(batch)
+                pending.append(batch)
+                have += len(batch["node"])
+            joined = {k: np.concatenate([b[k] for b in pending]) for k in pending[0]}
+            chunk = {k: v[:need] for k, v in joined.items()}
+            rest = {k: v[need:] for k, v in joined.items()}
+            pending, have = ([rest], have - need) if have > need else ([], 0)
+            ids = sorted({int(x) for x in req[first:end]})
+            sub = dict(manifest, requests=[by_id[i] for i in ids])
+            yield Trace(path, sub, {k: v[first:end] for k, v in positions.items()}, chunk)
+        for batch in batches:
+            checker.feed(batch)
+        checker.finish()
+    except TraceError as e:
+        raise _prefixed(path, e) from None
+
+
 def scan_nodes(path: str | Path) -> pl.LazyFrame:
     """A lazy Polars scan of the node rows (unvalidated: run `check_trace` first)."""
     return pl.scan_parquet(Path(path) / NODES)

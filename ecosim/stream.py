@@ -1,0 +1,66 @@
+"""Replay in pieces: traces larger than the memory budget (`ecosim replay --max-memory`).
+
+Requests are independent trajectories, so a trace is replayed one chunk of whole requests at a
+time: each chunk's steps (a few bitsets per step) are kept and its nodes dropped. The steps are
+then priced together, in order, so the offload cache still follows the whole trajectory. The
+result equals the in-memory replay exactly (a test holds them together).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from ecosim.cost import CostModel
+from ecosim.metrics import Row
+from ecosim.policies import PolicySpec
+from ecosim.replay import Steps, TraceReplay, summarize
+from ecosim.trace.io import Trace, _load_manifest, iter_request_chunks, row_bytes
+
+# Working memory per node row, as a multiple of its size on the heap: the row itself, its
+# experts packed as bitsets (as large again for top-8 of 256) and the selection's temporaries.
+WORKING_SET = 4
+
+
+def max_rows(path: Path, max_memory: float) -> int:
+    import pyarrow.parquet as pq
+
+    manifest = _load_manifest(path)
+    gates = pq.read_schema(path / "nodes.parquet").get_field_index("gates") >= 0
+    return max(1, int(max_memory // (WORKING_SET * row_bytes(manifest, gates))))
+
+
+def concat(parts: list[Steps]) -> Steps:
+    return Steps(*(np.concatenate([getattr(p, f) for p in parts]) for f in Steps.__dataclass_fields__))
+
+
+def run_streamed(path: Path, spec: PolicySpec, cost: CostModel, max_memory: float) -> Row:
+    """One policy over one trace, never holding more than about `max_memory` bytes of nodes."""
+    parts, first = [], None
+    for chunk in iter_request_chunks(path, max_rows(path, max_memory)):
+        replay = TraceReplay(chunk)
+        first = first or replay
+        parts.append(replay.oracle_steps(cost) if spec.name == "oracle" else replay.steps(spec))
+    if first is None:
+        raise ValueError(f"{path}: no requests")
+    requests = len(_load_manifest(path)["requests"])
+    return summarize(first, concat(parts), cost, cache=spec.name != "oracle", requests=requests)
+
+
+@dataclass
+class StreamedReplay:
+    """Stands in for TraceReplay where the trace must not be loaded whole (see `compare`)."""
+
+    path: Path
+    max_memory: float
+
+    @cached_property
+    def trace(self) -> Trace:
+        """The manifest only (no rows): enough for the cost model and the labels."""
+        return Trace(self.path, _load_manifest(self.path), {}, {})
+
+    def run(self, spec: PolicySpec, cost: CostModel) -> Row:
+        return run_streamed(self.path, spec, cost, self.max_memory)
