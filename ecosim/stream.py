@@ -20,9 +20,10 @@ from ecosim.policies import PolicySpec
 from ecosim.replay import Steps, TraceReplay, summarize
 from ecosim.trace.io import Trace, _load_manifest, iter_request_chunks, row_bytes
 
-# Working memory per node row, as a multiple of its size on the heap: the row itself, its
-# experts packed as bitsets (as large again for top-8 of 256) and the selection's temporaries.
-WORKING_SET = 4
+# Working memory per node row, as a multiple of its size as arrays: the row, its experts packed as
+# bitsets (as large again for top-8 of 256), Parquet decoding and the selection's temporaries.
+# Measured with bench/memory.py (peak RSS above the ~100 MB of the interpreter and libraries).
+WORKING_SET = 8
 
 
 def max_rows(path: Path, max_memory: float) -> int:

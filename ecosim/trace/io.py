@@ -41,7 +41,9 @@ from ecosim.trace.schema import (
     position_schema,
 )
 
-ROW_GROUP = 65536
+# Rows per Parquet row group: pyarrow decodes a whole group of fixed-size lists at once, with
+# transients several times its size, so small groups keep reading in bounded memory.
+ROW_GROUP = 8192
 
 
 @dataclass
@@ -203,19 +205,31 @@ def read_trace(path: str | Path, *, validate: bool = True) -> Trace:
     """Load a whole trace into numpy arrays, checking every invariant on the way."""
     path = Path(path)
     manifest, positions, checker = _checked(path)
-    batches = []
+    rows = int(positions["n_nodes"].astype(np.int64).sum())
+    stored = _parquet(path, NODES).metadata.num_rows
+    if rows != stored:  # before allocating: a corrupt count must not size an array
+        raise TraceError(f"{path}/{POSITIONS}", f"n_nodes add up to {rows} rows but nodes.parquet has {stored}", column="n_nodes")
+    nodes: dict[str, np.ndarray] = {}
+    filled = 0
     try:
-        for batch in iter_node_batches(path, manifest, batch_rows=1 << 20):
+        for batch in iter_node_batches(path, manifest):
             if validate:
                 checker.feed(batch)
-            batches.append(batch)
+            n = len(batch["node"])
+            if filled + n > rows:
+                raise TraceError(f"{path}/{NODES}", "more node rows than the trees of positions.parquet hold", filled + n - 1)
+            for k, v in batch.items():  # fill preallocated arrays: no second copy of the trace
+                if k not in nodes:
+                    nodes[k] = np.empty((rows, *v.shape[1:]), dtype=v.dtype)
+                nodes[k][filled : filled + n] = v
+            filled += n
         if validate:
             checker.finish()
     except TraceError as e:
         raise _prefixed(path, e) from None
-    if batches:
-        nodes = {k: np.concatenate([b[k] for b in batches]) if len(batches) > 1 else batches[0][k] for k in batches[0]}
-    else:
+    if filled < rows:
+        raise TraceError(f"{path}/{POSITIONS}", f"n_nodes add up to {rows} rows but nodes.parquet has {filled}", column="n_nodes")
+    if not nodes:
         width = len(manifest["model"]["moe_layers"]) * manifest["model"]["top_k"]
         nodes = {k: np.zeros(0, dtype=t.to_pandas_dtype()) for k, t in NODE_COLUMNS.items()}
         nodes["experts"] = np.zeros((0, width), dtype=np.int16)
