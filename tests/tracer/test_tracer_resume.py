@@ -1,0 +1,123 @@
+"""Crash safety: any interruption leaves a valid trace; --resume finishes it exactly."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tracer.record
+from ecosim.trace.io import check_trace, read_trace
+from tracer.record import RecordConfig, run_record
+
+OPTS = dict(max_new_tokens=14, depth=3, topk=2, max_nodes=6, chunk=4, threads=1)
+
+
+def assert_same_trace(a: Path, b: Path) -> None:
+    ta, tb = read_trace(a), read_trace(b)
+    strip = lambda m: {k: v for k, v in m.items() if k != "recorded_on"}  # noqa: E731 - dates, commands differ
+    assert strip(ta.manifest) == strip(tb.manifest)
+    for part in ("positions", "nodes"):
+        da, db = getattr(ta, part), getattr(tb, part)
+        assert da.keys() == db.keys()
+        for k in da:
+            assert np.array_equal(da[k], db[k], equal_nan=da[k].dtype.kind == "f"), f"{part}.{k} differs"
+
+
+def _mtime(trace: Path) -> float:
+    try:
+        return (trace / "manifest.json").stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _cfg(model: Path, prompts: Path, out: Path, **kw) -> RecordConfig:
+    return RecordConfig(model=str(model), prompts=[prompts], out=out, progress=False, **{**OPTS, **kw})
+
+
+@pytest.mark.parametrize("stop_after", [0, 5, 30])
+def test_interrupted_then_resumed_equals_uninterrupted(stop_after, tiny_dirs, prompts_file, tmp_path, monkeypatch):
+    model = tiny_dirs["gpt_oss"]
+    ref = run_record(_cfg(model, prompts_file, tmp_path / "ref"))
+    real, calls = tracer.record.verify_tree, [0]
+
+    def flaky(*a, **k):
+        calls[0] += 1
+        if calls[0] > stop_after:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    out = tmp_path / "cut"
+    with monkeypatch.context() as m:
+        m.setattr(tracer.record, "verify_tree", flaky)
+        with pytest.raises(KeyboardInterrupt):
+            run_record(_cfg(model, prompts_file, out))
+    partial = check_trace(out)
+    counts = [r["positions"] for r in partial["requests"]]
+    assert partial["recorded_on"]["complete"] is False
+    assert sum(counts) <= stop_after and all(c % OPTS["chunk"] == 0 or c == OPTS["max_new_tokens"] for c in counts)
+    with pytest.raises(tracer.record.TracerError, match="--resume"):
+        run_record(_cfg(model, prompts_file, out))  # neither --resume nor --force
+    with pytest.raises(tracer.record.TracerError, match="depth"):
+        run_record(_cfg(model, prompts_file, out, resume=True, depth=2))
+    calls[0] = 0
+    with monkeypatch.context() as m:  # the resumed run never recomputes a committed position
+        m.setattr(tracer.record, "verify_tree", lambda *a, **k: (calls.__setitem__(0, calls[0] + 1), real(*a, **k))[1])
+        run_record(_cfg(model, prompts_file, out, resume=True))
+    assert calls[0] == 3 * OPTS["max_new_tokens"] - sum(counts)
+    assert_same_trace(out, ref)
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_resume(tiny_dirs, prompts_file, tmp_path):
+    """SIGKILL the recorder at random moments (during start-up, then after a random number of
+    commits, possibly mid-write), resuming each time; after every kill `ecosim`'s checker accepts what is on disk; the end result equals an
+    uninterrupted recording."""
+    model = tiny_dirs["deepseek_v3"]
+    opts = dict(OPTS, max_new_tokens=30, chunk=3)
+    ref = run_record(_cfg(model, prompts_file, tmp_path / "ref", **opts))
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "tracer.cli", "record", "--model", str(model), "--prompts", str(prompts_file),
+           "--out", str(out), "--resume", "--quiet"]
+    for k, v in opts.items():
+        cmd += [f"--{k.replace('_', '-')}", str(v)]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]), HF_HUB_OFFLINE="1")
+    rng = random.Random(1234)
+    kills, before, partial = 0, 0, False
+    for attempt in range(3):
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if attempt == 0:
+            time.sleep(rng.uniform(0.5, 2.0))  # probably still importing or loading
+        else:  # after a random number of this run's commits, at a random moment (maybe mid-write)
+            t0, seen, commits, wanted = time.time(), _mtime(out), 0, rng.randint(2, 6)
+            while commits < wanted and proc.poll() is None and time.time() - t0 < 60:
+                time.sleep(0.002)
+                if _mtime(out) != seen:
+                    seen, commits = _mtime(out), commits + 1
+            time.sleep(rng.uniform(0.0, 0.03))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            kills += 1
+        else:
+            assert proc.returncode == 0, proc.stderr.read().decode()
+        if (out / "manifest.json").exists():
+            m = check_trace(out)  # whatever the moment of the kill, the trace on disk is valid
+            committed = sum(r["positions"] for r in m["requests"])
+            assert committed >= before
+            before = committed
+            partial |= not m["recorded_on"]["complete"] and committed > 0
+            if m["recorded_on"]["complete"]:
+                break
+    assert kills >= 2 and partial, "the kills should land while recording, after some commits"
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert check_trace(out)["recorded_on"]["complete"] is True
+    assert_same_trace(out, ref)

@@ -1,0 +1,132 @@
+"""`tracer`: record traces from real MoE models (`record`), build tiny test models (`tiny`), list names (`models`).
+
+Bad input (a missing path, a bad value, an unknown name, unreachable weights) prints one line on
+stderr and exits with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ecosim.errors import EcoSimError
+
+try:  # typer >= 0.2x vendors its own click
+    from typer._click import exceptions as cx
+except ImportError:  # pragma: no cover - older typer on real click
+    from click import exceptions as cx
+
+_ARGV: list[str] = []  # the arguments being run, for the manifest's recorded_on.command
+
+app = typer.Typer(
+    name="tracer", help=__doc__.splitlines()[0], add_completion=False, no_args_is_help=True,
+    pretty_exceptions_enable=False, rich_markup_mode=None,
+)
+
+
+@app.command()
+def record(
+    model: Annotated[str, typer.Option(help="Target: a registry name (see `tracer models`), a local checkpoint directory "
+                                            "(or a pair directory with target/ and draft/), or a Hugging Face hub id.")],
+    prompts: Annotated[list[Path], typer.Option(help="JSON Lines file of prompts ({\"task\", \"text\"|\"input_ids\"} a line); "
+                                                     "repeatable; a directory stands for its *.jsonl.")],
+    out: Annotated[Path, typer.Option(help="Trace directory to write (see TRACE_FORMAT.md).")],
+    draft: Annotated[str, typer.Option(help="Draft: 'default' (the registry's, or a pair directory's draft/), "
+                                            "'early-exit:N' (the target's first N layers), a name, a directory or a hub id.")] = "default",
+    max_new_tokens: Annotated[int, typer.Option(help="Positions (generated tokens) to record per prompt.")] = 64,
+    depth: Annotated[int, typer.Option(help="Draft steps per tree = its maximum depth (SGLang: speculative_num_steps).")] = 7,
+    topk: Annotated[int, typer.Option(help="Children per expanded node and nodes expanded per step (SGLang: eagle_topk).")] = 10,
+    max_nodes: Annotated[int, typer.Option(help="Draft nodes kept per tree (root not counted), the best by cumulative "
+                                                "draft log-prob (EAGLE-2: total_token).")] = 60,
+    chunk: Annotated[int, typer.Option(help="Commit the trace to disk every N positions of a request (each chunk also "
+                                            "re-prefills the context, which keeps --resume bit-exact).")] = 32,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted recording in --out.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace a trace already in --out.")] = False,
+    dtype: Annotated[str, typer.Option(help="auto (the checkpoint's), float32, bfloat16 or float16.")] = "auto",
+    device: Annotated[str, typer.Option(help="cpu, cuda, cuda:N, or auto (device_map=\"auto\" over all GPUs).")] = "cpu",
+    attn: Annotated[str, typer.Option(help="Attention implementation: auto (eager for GPT-OSS, else sdpa), eager or sdpa.")] = "auto",
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow the checkpoint's own Python code "
+                                                                                  "(off unless given).")] = False,
+    stop_at_eos: Annotated[bool, typer.Option(help="End a request when the target's next token is end-of-sequence.")] = True,
+    gates: Annotated[bool, typer.Option(help="Also write the gate weights of the routed experts.")] = True,
+    max_prompts: Annotated[int | None, typer.Option(help="Use at most N prompts of each file.")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads (keep equal across --resume for bit-equal traces).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
+) -> None:
+    """Record a trace: a verified candidate tree at every position of the target's greedy continuation."""
+    from tracer.loading import DTYPES
+
+    if dtype not in DTYPES:
+        raise typer.BadParameter(f"expected one of {', '.join(DTYPES)}", param_hint="--dtype")
+    if attn not in ("auto", "eager", "sdpa"):
+        raise typer.BadParameter("expected auto, eager or sdpa", param_hint="--attn")
+    from tracer.record import RecordConfig, run_record
+
+    cfg = RecordConfig(
+        model=model, prompts=prompts, out=out, draft=draft, max_new_tokens=max_new_tokens, depth=depth, topk=topk,
+        max_nodes=max_nodes, chunk=chunk, dtype=dtype, device=device, attn=attn, trust_remote_code=trust_remote_code,
+        stop_at_eos=stop_at_eos, gates=gates, max_prompts=max_prompts, resume=resume, force=force, threads=threads,
+        progress=not quiet, command=shlex.join(["tracer", *_ARGV]),
+    )
+    path = run_record(cfg)
+    print(f"wrote {path}", file=sys.stderr)
+
+
+@app.command()
+def tiny(
+    family: Annotated[str, typer.Option(help="qwen3_moe, deepseek_v3, gpt_oss, mixtral or olmoe.")],
+    out: Annotated[Path, typer.Option(help="Directory to write: target/ and draft/ checkpoints (safetensors + tokenizer).")],
+    seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+) -> None:
+    """Build a tiny random model of a family (and a smaller draft) as a local checkpoint, for tests."""
+    from tracer.tiny import FAMILIES, write_tiny
+
+    if family not in FAMILIES:
+        raise typer.BadParameter(f"unknown family {family!r}; known: {', '.join(FAMILIES)}", param_hint="--family")
+    print(f"wrote {write_tiny(family, out, seed=seed)}", file=sys.stderr)
+
+
+@app.command()
+def models() -> None:
+    """List the registry: short name, hub id, family, default draft."""
+    from tracer.registry import ENTRIES
+
+    for e in ENTRIES:
+        print(f"{e.name:16s} {e.hub_id:30s} {e.family:12s} draft={e.draft}")
+
+
+def _fail(message: str) -> None:
+    print(f"tracer: error: {' '.join(message.split())}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: one line on stderr and exit 2 for bad input."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _ARGV[:] = sys.argv[1:] if argv is None else argv
+    try:
+        app(args=argv, prog_name="tracer", standalone_mode=False)
+    except cx.NoArgsIsHelpError as e:
+        print(e.ctx.get_help() if e.ctx is not None else "usage: tracer COMMAND --help")
+        sys.exit(0)
+    except cx.UsageError as e:
+        hint = f" (see tracer {e.ctx.info_name} --help)" if e.ctx is not None and e.ctx.info_name != "tracer" else ""
+        _fail(e.format_message() + hint)
+    except cx.ClickException as e:
+        _fail(e.format_message())
+    except EcoSimError as e:
+        _fail(str(e))
+    except (typer.Abort, KeyboardInterrupt):
+        print("tracer: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,9 @@
+"""The tracer's one error type: bad input or unreachable weights, shown as one line by the CLI."""
+
+from __future__ import annotations
+
+from ecosim.errors import EcoSimError
+
+
+class TracerError(EcoSimError):
+    """A problem the user can fix (a path, a value, missing weights); no traceback is shown."""
