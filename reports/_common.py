@@ -26,6 +26,13 @@ def load_traces(root: str | Path) -> list[Trace]:
     return [read_trace(p) for p in find_traces([str(root)])]
 
 
+def real_or_all(root: str | Path) -> tuple[list[Trace], str]:
+    """The real traces under `root`, or every trace when none is real; and which it was."""
+    traces = load_traces(root)
+    real = [t for t in traces if not t.synthetic]
+    return (real, "real") if real else (traces, "synthetic")
+
+
 def kind(trace: Trace) -> str:
     return "synthetic" if trace.synthetic else "real"
 

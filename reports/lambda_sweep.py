@@ -26,10 +26,9 @@ from ecosim.placement import parse_placement
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
-from reports._common import load_traces, save
+from reports._common import real_or_all, save
 
-all_traces = load_traces(traces)
-real = [t for t in all_traces if not t.synthetic] or all_traces
+real, data = real_or_all(traces)
 print("replayed:", ", ".join(f"{t.name} ({'synthetic' if t.synthetic else 'real'})" for t in real))
 replays = [TraceReplay(t) for t in real]
 lambdas = np.round(np.arange(0, 2.01, 0.1), 2)
@@ -68,6 +67,6 @@ for j, (hw, bw, placement) in enumerate(settings):
     best = int(np.argmax(sp))
     print(f"{hw} {bw or ''} {placement}: confidence {ar.time_per_token_s / conf.time_per_token_s:.3f}x, "
           f"best ecospec {sp[best]:.3f}x at lambda {lambdas[best]}, oracle {ar.time_per_token_s / orc.time_per_token_s:.3f}x")
-fig.suptitle(f"ecospec against lambda, budget {budget} (simulated on {'real' if not real[0].synthetic else 'synthetic'} traces)")
+fig.suptitle(f"ecospec against lambda, budget {budget} (simulated on {data} traces)")
 save(fig, out, "lambda_sweep")
 plt.show()

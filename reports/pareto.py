@@ -22,11 +22,9 @@ from ecosim.placement import Placement
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
-from reports._common import load_traces, save
+from reports._common import real_or_all, save
 
-all_traces = load_traces(traces)
-real = [t for t in all_traces if not t.synthetic] or all_traces
-label = "real" if not real[0].synthetic else "synthetic"
+real, label = real_or_all(traces)
 replays = [TraceReplay(t) for t in real]
 device = get_device("h200")
 
