@@ -28,7 +28,6 @@ from typing import Literal
 
 import numpy as np
 
-from ecosim import bitsets
 from ecosim.errors import EcoSimError
 from ecosim.tree import Trees
 
@@ -73,39 +72,61 @@ def select_ar(trees: Trees) -> np.ndarray:
     return trees.depth == 0
 
 
-def select_confidence(trees: Trees, budget: int) -> np.ndarray:
+def select_confidence(trees: Trees, budget: int, rank: np.ndarray | None = None) -> np.ndarray:
     """EAGLE-2's rerank: the root and the `budget` nodes of highest cumulative draft log-prob.
 
     Ties go to the lower node id. cum_logprob never rises along a path and parent < child, so
-    every node's parent ranks before it: the selection is ancestor-closed.
+    every node's parent ranks before it: the selection is ancestor-closed. `rank` is
+    `confidence_rank(trees)` when the caller has it cached (it holds no budget).
     """
-    order = np.lexsort((trees.node, -trees.cum_logprob, trees.depth == 0, trees.tree_of_row))
-    # Within each tree: non-roots first by (-cum, node), the root last; rank among non-roots.
+    return (trees.depth == 0) | ((confidence_rank(trees) if rank is None else rank) < budget)
+
+
+def confidence_rank(trees: Trees) -> np.ndarray:
+    """Each non-root's rank within its tree by (-cum_logprob, node); roots get n_rows (never chosen).
+
+    Two stable sorts: by -cum_logprob (rows of a tree are in node order, so ties stay in node order),
+    then by tree (a radix sort when tree ids fit in 16 bits).
+    """
+    nonroot = np.flatnonzero(trees.depth > 0)
+    order = nonroot[np.argsort(-trees.cum_logprob[nonroot], kind="stable")]
+    tree = trees.tree_of_row[order]
+    order = order[np.argsort(tree.astype(np.uint16) if trees.n_trees <= 1 << 16 else tree, kind="stable")]
     tree_sorted = trees.tree_of_row[order]
     first = np.searchsorted(tree_sorted, np.arange(trees.n_trees))
-    rank = np.empty(trees.n_rows, dtype=np.int64)
-    rank[order] = np.arange(trees.n_rows) - first[tree_sorted]
-    return (trees.depth == 0) | (rank < budget)
+    rank = np.full(trees.n_rows, trees.n_rows, dtype=np.int64)
+    rank[order] = np.arange(len(order)) - first[tree_sorted]
+    return rank
 
 
 def select_ecospec(
     trees: Trees, budget: int, lam: float, predicted: np.ndarray, num_experts: int, top_k: int,
-    score: Score = "difference",
+    score: Score = "difference", offsets: np.ndarray | None = None,
 ) -> np.ndarray:
     """Greedy cost-aware growth from the root, vectorised over trees (see the module docstring).
 
-    `predicted` is (rows, layers, m) int16 predicted expert ids per node (-1 pads).
+    `predicted` is (rows, layers, m) int16 predicted expert ids per node (-1 pads); `offsets` is
+    `ecospec_offsets(predicted, num_experts)` when the caller has it cached.
+
+    Each step picks, per tree, the frontier node of best score (ties: higher cum_logprob, then
+    lower node id) and adds its predicted experts to the tree's buffer, a (layers x experts) byte
+    table. Exact but lazy: a node's score only rises as the buffer grows (its new experts only
+    shrink) and never exceeds its value, so a score computed at an earlier step is a lower bound
+    and the value an upper bound; a step re-scores only the frontier nodes whose value reaches the
+    best lower bound, since no other can win.
     """
     selected = trees.depth == 0
     if budget == 0:
         return selected
+    if offsets is None:
+        offsets = ecospec_offsets(predicted, num_experts)
     layers = predicted.shape[1]
     norm = float(layers * top_k)
     value_all = np.exp(trees.cum_logprob)
     n_max = int(trees.n_nodes.max(initial=1))
     parent_local = trees.trace.nodes["parent"].astype(np.int64)
-    words = bitsets.n_words(num_experts)
-    chunk = max(8, (64 << 20) // (n_max * layers * words * 8))  # ~64 MB of bitsets at a time
+    span = layers * (num_experts + 1)  # one tree's buffer; byte 0 is always set (pads point there)
+    chunk = max(8, (4 << 20) // span)  # ~4 MB of buffers at a time (stays in cache)
     for a in range(0, trees.n_trees, chunk):
         t = np.arange(a, min(a + chunk, trees.n_trees))
         n = trees.n_nodes[t]
@@ -114,8 +135,11 @@ def select_ecospec(
         value = np.where(valid, value_all[rows], -np.inf)
         cum = np.where(valid, trees.cum_logprob[rows], -np.inf)
         parent = np.where(valid, parent_local[rows], -2)
-        bits = bitsets.pack(predicted[rows.ravel()], num_experts).reshape(len(t), n_max, layers, words)
-        buffer = bits[:, 0].copy()
+        base = np.arange(len(t), dtype=np.int64) * span
+        buffer = np.zeros(len(t) * span, dtype=bool)
+        buffer[base] = True
+        buffer[base[:, None] + offsets[rows[:, 0]]] = True
+        lower = np.full(valid.shape, -np.inf)  # score when last computed: a lower bound on it now
         chosen = np.zeros(valid.shape, dtype=bool)
         chosen[:, 0] = True
         frontier = valid & (parent == 0)
@@ -125,9 +149,13 @@ def select_ecospec(
             live = frontier & active[:, None]
             if not live.any():
                 break
-            new = bitsets.count(bits & ~buffer[:, None]).sum(axis=-1) / norm
-            s = value - lam * new if score == "difference" else value / (1.0 + lam * new)
-            s = np.where(live, s, -np.inf)
+            floor = np.where(live, lower, -np.inf).max(axis=1)
+            ti, xi = np.nonzero(live & (value >= floor[:, None]))
+            hit = buffer[base[ti, None] + offsets[rows[ti, xi]]]
+            new = (hit.shape[1] - np.count_nonzero(hit, axis=1)) / norm
+            v = value[ti, xi]
+            lower[ti, xi] = v - lam * new if score == "difference" else v / (1.0 + lam * new)
+            s = np.where(live, lower, -np.inf)  # exact wherever it can be the best
             best = s.max(axis=1)
             tie = live & (s == best[:, None])
             c = np.where(tie, cum, -np.inf)
@@ -138,7 +166,29 @@ def select_ecospec(
             g = ix[go]
             chosen[g, pick[go]] = True
             frontier[g, pick[go]] = False
-            buffer[g] |= bits[g, pick[go]]
+            buffer[base[g, None] + offsets[rows[g, pick[go]]]] = True
             frontier[g] |= (parent[g] == pick[go][:, None]) & valid[g]
         selected[rows[chosen]] = True
     return selected
+
+
+def ecospec_offsets(predicted: np.ndarray, num_experts: int, chunk: int = 1 << 12) -> np.ndarray:
+    """(rows, layers * m) offsets into a tree's (layers x (experts + 1)) buffer of each predicted
+    expert, `layer * (experts + 1) + id + 1`; 0 (the always-set byte) for pads and for repeats of an
+    id within a layer, so counting the unset bytes a node points at counts its distinct new experts.
+    """
+    rows, layers, m = predicted.shape
+    span = layers * (num_experts + 1)
+    dtype = np.int16 if span <= np.iinfo(np.int16).max else np.int32
+    out = np.empty((rows, layers, m), dtype=dtype)
+    lane = (np.arange(layers, dtype=dtype) * (num_experts + 1) + 1)[None, :]
+    for a in range(0, rows, chunk):
+        slots = [np.ascontiguousarray(predicted[a : a + chunk, :, s]) for s in range(m)]
+        for s, ids in enumerate(slots):
+            keep = ids >= 0
+            for earlier in slots[:s]:
+                keep &= ids != earlier
+            off = ids.astype(dtype) + lane
+            off *= keep
+            out[a : a + chunk, :, s] = off
+    return out.reshape(rows, layers * m)

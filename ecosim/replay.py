@@ -21,7 +21,7 @@ from ecosim.cache import ExpertCache
 from ecosim.cost import CostModel
 from ecosim.metrics import Row
 from ecosim.oracle import shortest_path
-from ecosim.policies import PolicySpec, select_ar, select_confidence, select_ecospec
+from ecosim.policies import PolicySpec, confidence_rank, ecospec_offsets, select_ar, select_confidence, select_ecospec
 from ecosim.predictors import ExpertPredictor, get_predictor
 from ecosim.trace.io import Trace
 from ecosim.tree import Trees
@@ -62,7 +62,7 @@ def union_bits(trace: Trace, trees: Trees, selected: np.ndarray, visited: np.nda
     rows = np.flatnonzero(selected & in_step[trees.tree_of_row])
     step = np.cumsum(np.diff(trees.tree_of_row[rows], prepend=-1) != 0) - 1  # rows are in tree order
     n = int(step[-1]) + 1 if len(rows) else 0
-    return bitsets.pack_groups(trace.experts_3d()[rows], step, n, trace.model.num_experts)
+    return bitsets.pack_groups(trace.experts_3d(), step, n, trace.model.num_experts, rows=rows)
 
 
 @dataclass
@@ -74,6 +74,10 @@ class TraceReplay:
     _trees: Trees | None = None
     _predicted: dict[str, np.ndarray] = field(default_factory=dict)
     _steps: dict[PolicySpec, Steps] = field(default_factory=dict)
+    _offsets: dict[str, np.ndarray] = field(default_factory=dict)
+    _chain: tuple[np.ndarray, np.ndarray] | None = None
+    _rank: np.ndarray | None = None
+    _misses: dict[tuple[int, int, str], tuple[Steps, np.ndarray]] = field(default_factory=dict)
 
     @property
     def trees(self) -> Trees:
@@ -87,15 +91,28 @@ class TraceReplay:
             self._predicted[name] = pred.predict(self.trace)
         return self._predicted[name]
 
+    def offsets(self, name: str) -> np.ndarray:
+        """ecospec's buffer offsets of a predictor's experts (cached: no budget or lambda in them)."""
+        if name not in self._offsets:
+            self._offsets[name] = ecospec_offsets(self.predicted(name), self.trace.model.num_experts)
+        return self._offsets[name]
+
+    def confidence_rank(self) -> np.ndarray:
+        """`confidence`'s rank of every node within its tree (cached: one sort serves every budget)."""
+        if self._rank is None:
+            self._rank = confidence_rank(self.trees)
+        return self._rank
+
     def selection(self, spec: PolicySpec) -> np.ndarray:
         t = self.trees
         if spec.name == "ar":
             return select_ar(t)
         if spec.name == "confidence":
-            return select_confidence(t, spec.budget)
+            return select_confidence(t, spec.budget, rank=self.confidence_rank())
         if spec.name == "ecospec":
             m = self.trace.model
-            return select_ecospec(t, spec.budget, spec.lam, self.predicted(spec.predictor), m.num_experts, m.top_k, spec.score)
+            return select_ecospec(t, spec.budget, spec.lam, self.predicted(spec.predictor), m.num_experts, m.top_k, spec.score,
+                                  offsets=self.offsets(spec.predictor) if spec.budget else None)
         raise ValueError(f"{spec.name} is not a selection policy")
 
     def steps(self, spec: PolicySpec) -> Steps:
@@ -120,19 +137,14 @@ class TraceReplay:
     def oracle_steps(self, cost: CostModel) -> Steps:
         """The shortest path of oracle.py under `cost` (every expert a hit under offload)."""
         t = self.trees
-        chain = t.chain
-        cuts = chain.shape[1]
-        on_chain = chain >= 0  # a prefix of each row; cuts past A(p) are never priced by the path
-        bits = np.zeros((t.n_trees, cuts, self.trace.model.num_moe_layers, bitsets.n_words(self.trace.model.num_experts)),
-                        dtype=np.uint64)
-        bits[on_chain] = bitsets.pack(self.trace.experts_3d()[chain[on_chain]], self.trace.model.num_experts)
-        bits = np.bitwise_or.accumulate(bits, axis=1)
-        ctx = self.trace.positions["context_len"].astype(np.int64)
-        flat = bits.reshape(t.n_trees * cuts, *bits.shape[2:])
-        a = np.tile(np.arange(cuts), t.n_trees)
-        costs = cost.step_times(self._union(flat, cost), a + 1, np.repeat(ctx, cuts), speculative=False)
+        prefix, first = self.chain_unions()
+        cuts = t.chain.shape[1]
+        a = np.arange(len(prefix)) - np.repeat(first, t.accept_len + 1)  # the cut of each prefix
+        ctx = np.repeat(self.trace.positions["context_len"].astype(np.int64), t.accept_len + 1)
+        priced = cost.step_times(self._union(prefix, cost), a + 1, ctx, speculative=False)
         draft = cost.draft_time(speculative=True)
-        costs = (costs + np.where(a > 0, draft, 0.0)).reshape(t.n_trees, cuts)
+        costs = np.full((t.n_trees, cuts), np.inf)  # cuts past A(p) are never taken
+        costs[t.chain >= 0] = priced + np.where(a > 0, draft, 0.0)
         visited, taken = [], []
         for _, sl in t.request_slices():
             _, path = shortest_path(costs[sl], t.accept_len[sl])
@@ -141,7 +153,22 @@ class TraceReplay:
             taken.append(path)
         v = np.concatenate(visited) if visited else np.zeros(0, dtype=np.int64)
         cut = np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
-        return self._make_steps(v, cut, cut + 1, bits[v, cut], cut > 0)
+        return self._make_steps(v, cut, cut + 1, prefix[first[v] + cut], cut > 0)
+
+    def chain_unions(self) -> tuple[np.ndarray, np.ndarray]:
+        """The oracle's cost-free part, cached: the union of the true experts of each accepted chain
+        cut at every a <= A(p), (sum of A(p) + 1, layers, words) tree by tree, and the index of
+        each tree's first (a = 0) entry."""
+        if self._chain is None:
+            t = self.trees
+            on_chain = t.chain >= 0  # a prefix of each row: depths 0..A(p)
+            prefix = bitsets.pack(self.trace.experts_3d()[t.chain[on_chain]], self.trace.model.num_experts)
+            first = (np.cumsum(t.accept_len + 1) - (t.accept_len + 1)).astype(np.int64)
+            for d in range(1, t.chain.shape[1]):
+                at = first[t.accept_len >= d] + d
+                prefix[at] |= prefix[at - 1]
+            self._chain = (prefix, first)
+        return self._chain
 
     def _make_steps(self, visited: np.ndarray, accept: np.ndarray, verified: np.ndarray, bits: np.ndarray,
                     speculative: np.ndarray) -> Steps:
@@ -172,16 +199,27 @@ class TraceReplay:
     def price(self, steps: Steps, cost: CostModel, cache: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Seconds per step and PCIe misses per step (offload walks its cache in step order;
         `cache=False` prices every expert as a hit, as the oracle bound does)."""
-        misses = None
-        if cost.placement.kind == "offload" and cache:
-            m = self.trace.model
-            cache = ExpertCache(m.num_moe_layers, m.num_experts, cost.placement.capacity, cost.placement.eviction)
-            misses = np.stack([cache.access(b) for b in steps.bits]) if len(steps) else np.zeros((0, m.num_moe_layers))
+        misses = self.cache_misses(steps, cost) if cost.placement.kind == "offload" and cache else None
         union = self._union(steps.bits, cost)
         times = cost.layer_times(union, steps.verified, misses).sum(axis=1)
         times = times + cost.other_times(steps.verified, steps.context, speculative=False)
         times = times + np.where(steps.speculative, cost.draft_time(speculative=True), 0.0)
         return times, (misses.sum(axis=1) if misses is not None else np.zeros(len(steps)))
+
+    def cache_misses(self, steps: Steps, cost: CostModel) -> np.ndarray:
+        """(steps, layers) misses of the offload cache walked along `steps`. Kept per (steps,
+        capacity, eviction) for the steps this replay caches, since neither bandwidth nor device
+        changes them."""
+        p = cost.placement
+        key = (id(steps), p.capacity, p.eviction)
+        if key in self._misses and self._misses[key][0] is steps:
+            return self._misses[key][1]
+        m = self.trace.model
+        cache = ExpertCache(m.num_moe_layers, m.num_experts, p.capacity, p.eviction)
+        misses = np.stack([cache.access(b) for b in steps.bits]) if len(steps) else np.zeros((0, m.num_moe_layers))
+        if any(steps is s for s in self._steps.values()):
+            self._misses[key] = (steps, misses)
+        return misses
 
     def run(self, spec: PolicySpec, cost: CostModel) -> Row:
         """One policy's totals over this trace."""

@@ -1,0 +1,214 @@
+"""`ecosim sweep`, `ecosim winner`, `ecosim pareto`: grids of configurations, their best, their front."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from ecosim.cli import app, fail, wide_console
+from ecosim.cli.options import BwEff, ComputeEff, CostMode, DraftTime, LinkBw, Overhead, PcieBw, Peak, cost_config
+
+Policies = Annotated[str, typer.Option("--policy", help="Comma list of ar, confidence, ecospec, oracle; ar and oracle rows are always computed (the ratios need them).")]
+Lambdas = Annotated[str, typer.Option("--lambda", help="ecospec's cost weights: comma list and/or inclusive ranges start:stop:step, e.g. 0:2:0.05.")]
+Budgets = Annotated[str, typer.Option("--budget", help="Nodes a step may verify besides the root: comma list and/or ranges, e.g. 8,16,32,60 or 8:64:8.")]
+Predictors = Annotated[str, typer.Option("--predictor", help="ecospec's expert predictors, comma list (oracle, none, token, ... or predictor files).")]
+Scores = Annotated[str, typer.Option("--score", help="ecospec's scores, comma list of difference, ratio.")]
+HardwareList = Annotated[str, typer.Option("--hardware", help="Comma list of catalogue devices (h100, h200, b200, a100, mi300x) or profile .json files.")]
+BwList = Annotated[str | None, typer.Option("--bw", help="Comma list of HBM bandwidths overriding the device's, e.g. 2TB/s,3.3TB/s,4.8TB/s.")]
+PlacementList = Annotated[str, typer.Option("--placement", help="Comma list of placements: hbm, ep:N, offload:CAP[:lru|lfu].")]
+Objective = Annotated[str, typer.Option(help="What the winner optimises over the total of the traces: time_per_token (smallest) or speedup_vs_ar (largest).")]
+MinTps = Annotated[float | None, typer.Option("--min-tokens-per-step", help="Winner constraint: total tokens / total steps at least this.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TimeRemainingColumn(), console=Console(stderr=True), transient=True,
+                    disable=not sys.stderr.isatty())
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.4g}"
+
+
+def _knobs(r: dict[str, Any]) -> str:
+    if r["policy"] == "ecospec":
+        return f"ecospec b={r['budget']} λ={r['lambda']:g} {r['predictor']} {r['score']}"
+    if r["policy"] == "confidence":
+        return f"confidence b={r['budget']}"
+    return str(r["policy"])
+
+
+def _pricing(r: dict[str, Any]) -> str:
+    return f"{r['hardware']} {r['hbm_bw'] / 1e12:.4g} TB/s {r['placement']}"
+
+
+def _winner_table(doc: dict[str, Any]) -> Table:
+    t = Table(title=f"winners ({doc['objective']}"
+                    + (f", tokens/step >= {doc['constraints']['min_tokens_per_step']:g}" if doc["constraints"]["min_tokens_per_step"] is not None else "")
+                    + f", over {len(doc['traces'])} traces)", title_justify="left")
+    for col in ("pricing", "configuration", "tokens/step", "experts/step", "ms/token", "speedup vs ar", "of oracle", "candidates"):
+        t.add_column(col, justify="left" if col in ("pricing", "configuration") else "right")
+    for w in doc["winners"]:
+        p = w["predicted"]
+        if p is None:
+            t.add_row(_pricing(w), "(none meets the constraint)", "-", "-", "-", "-", "-", str(w["candidates"]))
+            continue
+        t.add_row(_pricing(w), _knobs(w["config"]), f"{p['tokens_per_step']:.3f}", f"{p['experts_per_step']:.1f}",
+                  _ms(p["time_per_token_s"]), f"{p['speedup_vs_ar']:.3f}x", f"{p['oracle_fraction']:.3f}", str(w["candidates"]))
+    return t
+
+
+@app.command()
+def sweep(
+    traces: Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces (searched recursively).")],
+    out: Annotated[Path, typer.Option("--out", help="Sweep directory: parts/, results.parquet, winner.json; rerun into it to resume.")],
+    policy: Policies = "ar,confidence,ecospec",
+    lam: Lambdas = "0.5",
+    budget: Budgets = "16",
+    predictor: Predictors = "oracle",
+    score: Scores = "difference",
+    hardware: HardwareList = "h200",
+    bw: BwList = None,
+    placement: PlacementList = "hbm",
+    peak: Peak = None,
+    link_bw: LinkBw = None,
+    pcie_bw: PcieBw = None,
+    cost: CostMode = "full",
+    bw_efficiency: BwEff = 0.8,
+    compute_efficiency: ComputeEff = 0.5,
+    step_overhead: Overhead = "30us",
+    draft_time: DraftTime = None,
+    executor: Annotated[str, typer.Option(help="local (a process pool) or ray (a Ray cluster; local Ray without --ray-address).")] = "local",
+    jobs: Annotated[int | None, typer.Option(min=1, help="Worker processes (local) or CPUs of a local Ray; default: the CPUs available. 1 runs in this process.")] = None,
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster to join (ray.init(address=...)), e.g. ray://head:10001 or auto.")] = None,
+    objective: Objective = "time_per_token",
+    min_tokens_per_step: MinTps = None,
+    as_json: AsJson = False,
+) -> None:
+    """Replay the Cartesian product of the given axes over traces into DIR/results.parquet.
+
+    One row per configuration and trace, with the fields of `replay --json` rows plus the
+    configuration. Finished tasks are committed to DIR/parts/ as they end, so rerunning the same
+    sweep resumes it. DIR/winner.json holds the best configuration per hardware, bandwidth and
+    placement.
+    """
+    from ecosim.sweep import grid as g
+    from ecosim.sweep.executors import default_jobs, import_ray
+    from ecosim.sweep.runner import run_sweep
+    from ecosim.sweep.winner import OBJECTIVES
+
+    if objective not in OBJECTIVES:
+        fail(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if executor not in ("local", "ray"):
+        fail(f"--executor must be local or ray, got {executor!r}")
+    if executor == "ray":
+        import_ray()  # one line saying how to install it, exit 2
+    policies = g.parse_policies(policy)
+    ecospec = "ecospec" in policies
+    grid = g.Grid(
+        policies=policies,
+        budgets=g.parse_budgets(budget),
+        lambdas=g.parse_lambdas(lam) if ecospec else [],
+        predictors=g.parse_predictors(predictor) if ecospec else [],
+        scores=g.parse_scores(score) if ecospec else [],
+        hardware=g.parse_hardware(hardware),
+        bandwidths=g.parse_bandwidths(bw),
+        placements=g.parse_placements(placement),
+        settings=g.Settings(cost_config(cost, bw_efficiency, compute_efficiency, step_overhead, draft_time),
+                            peak, link_bw, pcie_bw),
+    )
+    for p in grid.pricings():
+        grid.settings.device(p)  # unknown hardware or a bad override: one line, before any work
+    committed = 0
+
+    def done(n: int) -> None:
+        nonlocal committed
+        committed += n
+        bar.advance(task, n)
+
+    with _progress() as bar:
+        task = bar.add_task("planning", total=None)
+
+        def plan(total: int, skipped: int) -> None:
+            bar.update(task, description=f"sweep ({skipped} done before)", total=total, completed=skipped)
+
+        try:
+            outcome = run_sweep(grid, [str(p) for p in traces], out, executor, jobs or default_jobs(), ray_address,
+                                objective, min_tokens_per_step, on_plan=plan, on_done=done)
+        except KeyboardInterrupt:
+            print(f"ecosim: interrupted; {committed} configurations committed to {out}/parts, rerun the same sweep to resume",
+                  file=sys.stderr)
+            raise typer.Exit(130) from None
+    d = outcome.dir
+    summary = {
+        "dir": str(d), "results": str(d / "results.parquet"), "winner_file": str(d / "winner.json"),
+        "configurations": len(outcome.configs), "rows": outcome.results.height, "tasks_run": outcome.tasks,
+        "computed": outcome.computed, "skipped": outcome.skipped, "winner": outcome.winner,
+    }
+    if as_json:
+        print(json.dumps(summary, indent=1))
+        return
+    console = wide_console()
+    console.print(f"{d}: {len(outcome.configs)} configurations ({outcome.computed} computed, {outcome.skipped} already done) "
+                  f"over {len(outcome.winner['traces'])} traces -> results.parquet, winner.json")
+    console.print(_winner_table(outcome.winner))
+    if any(t["synthetic"] for t in outcome.winner["traces"]):
+        console.print("[yellow]synthetic traces are generated, not measured: their figures illustrate the model only[/yellow]")
+
+
+@app.command()
+def winner(
+    sweep_dir: Annotated[Path, typer.Argument(help="A sweep directory (ecosim sweep --out DIR).")],
+    objective: Objective = "time_per_token",
+    min_tokens_per_step: MinTps = None,
+    as_json: AsJson = False,
+) -> None:
+    """Pick the winner of a finished sweep again (another objective or constraint); rewrites DIR/winner.json."""
+    from ecosim.sweep.results import SweepDir, atomic_write_text
+    from ecosim.sweep.runner import WINNER
+    from ecosim.sweep.winner import choose
+
+    d = SweepDir(sweep_dir)
+    meta = d.read_meta()
+    doc = choose(d.read_results(meta), meta, objective, min_tokens_per_step)
+    atomic_write_text(json.dumps(doc, indent=1) + "\n", d.path / WINNER)
+    if as_json:
+        print(json.dumps(doc, indent=1))
+        return
+    wide_console().print(_winner_table(doc))
+
+
+@app.command()
+def pareto(
+    sweep_dir: Annotated[Path, typer.Argument(help="A sweep directory (ecosim sweep --out DIR).")],
+    as_json: AsJson = False,
+) -> None:
+    """The configurations on the front of time per token against experts loaded per step, per pricing."""
+    from ecosim.sweep.pareto import front
+    from ecosim.sweep.results import SweepDir
+
+    d = SweepDir(sweep_dir)
+    meta = d.read_meta()
+    rows = front(d.read_results(meta), [t["path"] for t in meta["traces"]])
+    if as_json:
+        print(json.dumps({"dir": str(d.path), "traces": meta["traces"], "front": rows}, indent=1))
+        return
+    t = Table(title=f"Pareto front: time per token vs experts per step (totals over {len(meta['traces'])} traces)",
+              title_justify="left")
+    for col in ("pricing", "configuration", "experts/step", "ms/token", "tokens/step", "speedup vs ar", "of oracle"):
+        t.add_column(col, justify="left" if col in ("pricing", "configuration") else "right")
+    last = None
+    for r in rows:
+        p = _pricing(r)
+        t.add_row(p if p != last else "", _knobs(r), f"{r['experts_per_step']:.1f}", _ms(r["time_per_token_s"]),
+                  f"{r['tokens_per_step']:.3f}", f"{r['speedup_vs_ar']:.3f}x", f"{r['oracle_fraction']:.3f}")
+        last = p
+    wide_console().print(t)

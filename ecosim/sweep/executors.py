@@ -1,0 +1,103 @@
+"""Where tasks run: a local process pool, or a Ray cluster. Same tasks, same function, same results.
+
+Each executor yields (task, rows) as tasks finish, in completion order; the driver commits each
+task's rows as a part right away, so the order tasks finish in never changes the results file.
+
+- `local`: `--jobs N` processes (spawned, so no state leaks from the driver); `--jobs 1` runs the
+  tasks in the driver itself, one after another.
+- `ray`: `ray.init(address=...)` when an address is given (the nodes need ecosim installed and the
+  traces at the same paths, e.g. on a shared filesystem), a local Ray with N CPUs otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from typing import Any
+
+from ecosim.errors import EcoSimError
+from ecosim.sweep.grid import Task
+from ecosim.sweep.tasks import run_task
+
+EXECUTORS = ("local", "ray")
+RAY_MISSING = "--executor ray needs Ray, which is not installed; install it with: pip install 'ecosim[ray]'"
+
+Done = Iterator[tuple[Task, list[tuple[str, dict[str, Any]]]]]
+
+
+def default_jobs() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def run_local(tasks: list[Task], jobs: int) -> Done:
+    if jobs <= 1 or len(tasks) <= 1:
+        for t in tasks:
+            yield t, run_task(t)
+        return
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=mp.get_context("spawn"))
+    try:
+        pending = {pool.submit(run_task, t): t for t in tasks}
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for f in finished:
+                yield pending.pop(f), f.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise EcoSimError(RAY_MISSING) from None
+    return ray
+
+
+def run_ray(tasks: list[Task], jobs: int, address: str | None = None) -> Done:
+    ray = import_ray()
+    started = False
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
+        if address:
+            kwargs["address"] = address
+        else:
+            kwargs.update(num_cpus=jobs, include_dashboard=False, object_store_memory=256 << 20)
+        try:
+            ray.init(**kwargs)
+        except Exception as e:  # noqa: BLE001  (connection refused, bad address, ...)
+            raise EcoSimError(f"could not start or reach Ray ({str(e).splitlines()[0][:200]})") from None
+        started = True
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=0)(run_task)
+        pending = {remote.remote(t): t for t in tasks}
+        while pending:
+            finished, _ = ray.wait(list(pending), num_returns=1)
+            for ref in finished:
+                task = pending.pop(ref)
+                try:
+                    yield task, ray.get(ref)
+                except ray.exceptions.RayTaskError as e:
+                    cause = getattr(e, "cause", None)
+                    if isinstance(cause, EcoSimError):
+                        raise cause from None
+                    raise
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def run_tasks(tasks: list[Task], executor: str, jobs: int, ray_address: str | None = None) -> Done:
+    if executor == "local":
+        if ray_address:
+            raise EcoSimError("--ray-address needs --executor ray")
+        return run_local(tasks, jobs)
+    if executor == "ray":
+        import_ray()  # fail before any work starts
+        return run_ray(tasks, jobs, ray_address)
+    raise EcoSimError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")

@@ -1,0 +1,326 @@
+"""A sweep's grid: parsing the axes, the Cartesian product, and grouping it into tasks.
+
+Axes (each a comma list; numeric axes also take inclusive ranges `start:stop:step`):
+
+    policy     ar, confidence, ecospec, oracle     (ar and oracle are always added: the ratios need them)
+    budget     8,16,32,60  or  8:64:8
+    lambda     0:2:0.05    (ecospec only)
+    predictor  token,oracle (ecospec only)
+    score      difference,ratio (ecospec only)
+    hardware   h200,b200 (catalogue names or profile .json files)
+    bw         2TB/s,3.3TB/s,4.8TB/s (default: the device's own)
+    placement  hbm,ep:8,offload:64
+
+A policy ignores the axes it has no use for, so they collapse: `confidence` is one configuration per
+budget (lambda, predictor and score are null), `ar` and `oracle` one per pricing. A configuration is
+(selection, pricing, trace); its id is the hash of its canonical JSON, which includes the trace's
+resolved path and content fingerprint, the resolved device (every field) and the cost settings.
+
+Tasks group configurations by (trace, selection): the selection (and walk and unions) is done once
+per task and priced under every hardware/bandwidth/placement variant, which is cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ecosim.catalog.devices import Device, get_device
+from ecosim.cost import CostConfig
+from ecosim.errors import EcoSimError
+from ecosim.placement import parse_placement
+from ecosim.policies import POLICIES, PolicySpec
+from ecosim.units import parse_quantity
+
+POLICY_ORDER = {p: i for i, p in enumerate(POLICIES)}  # ar, confidence, ecospec, oracle
+SCORES = ("difference", "ratio")
+_SIG = 12  # significant digits a range value is rounded to (0.1 + 0.05 * 2 -> 0.2, not 0.2000...04)
+
+
+# ------------------------------------------------------------------------------------------ parsing
+
+
+def _items(text: str, what: str) -> list[str]:
+    items = [s.strip() for s in str(text).split(",")]
+    if not text or any(not s for s in items):
+        raise EcoSimError(f"--{what} {text!r}: empty item; expected a comma list")
+    return items
+
+
+def _dedupe(values: list[Any]) -> list[Any]:
+    seen: set[Any] = set()
+    return [v for v in values if not (v in seen or seen.add(v))]
+
+
+def _number(text: str, what: str, integer: bool) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise EcoSimError(f"--{what}: {text!r} is not a number") from None
+    if not math.isfinite(x):
+        raise EcoSimError(f"--{what}: {text!r} is not finite")
+    if integer and x != int(x):
+        raise EcoSimError(f"--{what}: {text!r} is not an integer")
+    return x
+
+
+def parse_range(text: str, what: str, integer: bool = False) -> list[float]:
+    """`a,b,c` and/or `start:stop:step` (stop included within float tolerance), in order, deduplicated."""
+    out: list[float] = []
+    for item in _items(text, what):
+        parts = item.split(":")
+        if len(parts) == 1:
+            out.append(_number(parts[0], what, integer))
+            continue
+        if len(parts) != 3:
+            raise EcoSimError(f"--{what}: {item!r} is not a value or a range start:stop:step")
+        start, stop, step = (_number(p, what, integer) for p in parts)
+        if step <= 0:
+            raise EcoSimError(f"--{what}: {item!r} needs a positive step")
+        if stop < start:
+            raise EcoSimError(f"--{what}: {item!r} stops before it starts")
+        n = int(math.floor((stop - start) / step + 1e-9)) + 1
+        if n > 100_000:
+            raise EcoSimError(f"--{what}: {item!r} has {n} values; at most 100000")
+        out.extend(float(f"{start + i * step:.{_SIG}g}") for i in range(n))
+    return _dedupe([float(int(x)) if integer else x for x in out])
+
+
+def parse_budgets(text: str) -> list[int]:
+    values = [int(x) for x in parse_range(text, "budget", integer=True)]
+    if any(b < 0 for b in values):
+        raise EcoSimError(f"--budget {text!r}: budgets must be >= 0")
+    return values
+
+
+def parse_lambdas(text: str) -> list[float]:
+    values = parse_range(text, "lambda")
+    if any(x < 0 for x in values):
+        raise EcoSimError(f"--lambda {text!r}: lambda must be >= 0")
+    return values
+
+
+def parse_policies(text: str) -> list[str]:
+    names = _dedupe(_items(text, "policy"))
+    for n in names:
+        if n not in POLICIES:
+            raise EcoSimError(f"--policy: unknown policy {n!r}; known: {', '.join(POLICIES)}")
+    return sorted(names, key=POLICY_ORDER.__getitem__)
+
+
+def parse_scores(text: str) -> list[str]:
+    names = _dedupe(_items(text, "score"))
+    for n in names:
+        if n not in SCORES:
+            raise EcoSimError(f"--score: unknown score {n!r}; known: {', '.join(SCORES)}")
+    return names
+
+
+def parse_bandwidths(text: str | None) -> list[float | None]:
+    """Bytes/s per item; `None` (the device's own bandwidth) when the option is not given."""
+    if text is None:
+        return [None]
+    return _dedupe([parse_quantity(s, "bandwidth") for s in _items(text, "bw")])
+
+
+def parse_placements(text: str) -> list[str]:
+    """Canonical placement strings (`offload:64` -> `offload:64:lru`); colons belong to an item."""
+    return _dedupe([str(parse_placement(s)) for s in _items(text, "placement")])
+
+
+def parse_hardware(text: str) -> list[str]:
+    """Catalogue names or profile files; each must load (a one-line error otherwise)."""
+    names = _dedupe(_items(text, "hardware"))
+    for n in names:
+        get_device(n)
+    return names
+
+
+def parse_predictors(text: str) -> list[str]:
+    from ecosim.predictors import get_predictor
+
+    names = _dedupe(_items(text, "predictor"))
+    for n in names:
+        get_predictor(n)  # an unknown name or an unreadable file is a one-line error here
+    return names
+
+
+# ------------------------------------------------------------------------------------ configurations
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a task selects once: the policy and the knobs it uses (unused knobs are None)."""
+
+    policy: str
+    budget: int | None = None
+    lam: float | None = None
+    predictor: str | None = None
+    score: str | None = None
+
+    def spec(self) -> PolicySpec:
+        """The PolicySpec `TraceReplay.run` takes (unused knobs at values the policy ignores)."""
+        return PolicySpec(self.policy, self.budget or 0, self.lam or 0.0, self.predictor or "none",
+                          self.score or "difference")  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """One cost model: a device (with its bandwidth) and a placement."""
+
+    hardware: str  # as given: a catalogue name or a profile file
+    bw: float | None  # bytes/s override, None for the device's own
+    placement: str  # canonical, e.g. offload:64:lru
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every configuration of a sweep shares: cost settings and the device overrides."""
+
+    cost: CostConfig = field(default_factory=CostConfig)
+    peak: str | None = None
+    link_bw: str | None = None
+    pcie_bw: str | None = None
+
+    def device(self, p: Pricing) -> Device:
+        """The device exactly as `ecosim replay --hardware H --bw X ...` builds it."""
+        peak = parse_quantity(self.peak, "flops") if self.peak else None
+        return get_device(p.hardware).replace(
+            hbm_bw=p.bw,
+            peak_bf16=peak,
+            peak_fp8=peak,
+            link_bw=parse_quantity(self.link_bw, "bandwidth") if self.link_bw else None,
+            pcie_bw=parse_quantity(self.pcie_bw, "bandwidth") if self.pcie_bw else None,
+        )
+
+
+@dataclass(frozen=True)
+class TraceRef:
+    """A trace as a sweep names it: resolved path and content fingerprint."""
+
+    path: str
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Config:
+    """One row of results.parquet: a selection priced one way on one trace."""
+
+    trace: TraceRef
+    selection: Selection
+    pricing: Pricing
+    id: str  # hash of canonical_json(...)
+
+
+def canonical_json(trace: TraceRef, sel: Selection, device: Device, placement: str, settings: Settings,
+                   predictor_fingerprint: str | None = None) -> str:
+    """The text a configuration's id hashes: sorted keys, no whitespace, floats as Python's repr."""
+    doc = {
+        "format": 1,
+        "trace": {"path": trace.path, "fingerprint": trace.fingerprint},
+        "policy": sel.policy, "budget": sel.budget, "lambda": sel.lam, "predictor": sel.predictor,
+        "predictor_fingerprint": predictor_fingerprint, "score": sel.score,
+        "device": device.to_dict(), "placement": placement, "cost": asdict(settings.cost), "engine": "fast",
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def config_id(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass
+class Grid:
+    """The axes of a sweep, as parsed."""
+
+    policies: list[str]
+    budgets: list[int]
+    lambdas: list[float]
+    predictors: list[str]
+    scores: list[str]
+    hardware: list[str]
+    bandwidths: list[float | None]
+    placements: list[str]
+    settings: Settings = field(default_factory=Settings)
+
+    def selections(self) -> list[Selection]:
+        """Selections in a fixed order; ar and oracle always included, unused knobs collapsed."""
+        out: list[Selection] = []
+        for policy in sorted(set(self.policies) | {"ar", "oracle"}, key=POLICY_ORDER.__getitem__):
+            if policy in ("ar", "oracle"):
+                out.append(Selection(policy))
+            elif policy == "confidence":
+                out.extend(Selection(policy, b) for b in self.budgets)
+            else:
+                out.extend(Selection(policy, b, lam, pred, score)
+                           for b in self.budgets for lam in self.lambdas for pred in self.predictors for score in self.scores)
+        return out
+
+    def pricings(self) -> list[Pricing]:
+        return [Pricing(h, bw, pl) for h in self.hardware for bw in self.bandwidths for pl in self.placements]
+
+    def configs(self, traces: list[TraceRef]) -> list[Config]:
+        """Every configuration, in results order: trace, pricing, then selection."""
+        pricings = self.pricings()
+        devices = {p: self.settings.device(p) for p in pricings}
+        pred_fp = {p: predictor_fingerprint(p) for p in self.predictors}
+        out = []
+        for t in traces:
+            for p in pricings:
+                for s in self.selections():
+                    text = canonical_json(t, s, devices[p], p.placement, self.settings,
+                                          pred_fp.get(s.predictor) if s.predictor else None)
+                    out.append(Config(t, s, p, config_id(text)))
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "policies": self.policies, "budgets": self.budgets, "lambdas": self.lambdas,
+            "predictors": self.predictors, "scores": self.scores, "hardware": self.hardware,
+            "bandwidths": self.bandwidths, "placements": self.placements,
+            "cost": asdict(self.settings.cost), "peak": self.settings.peak, "link_bw": self.settings.link_bw,
+            "pcie_bw": self.settings.pcie_bw,
+        }
+
+
+def predictor_fingerprint(name: str) -> str | None:
+    """A predictor file's content hash (a retrained file is a new configuration); None for built-ins."""
+    p = Path(name)
+    if p.is_file():
+        return hashlib.sha256(p.read_bytes()).hexdigest()[:32]
+    return None
+
+
+@dataclass
+class Task:
+    """The unit of work a worker runs: one selection on one trace, priced every way asked."""
+
+    trace: TraceRef
+    selection: Selection
+    pricings: list[tuple[str, Pricing]]  # (config id, pricing)
+    settings: Settings
+
+    @property
+    def weight(self) -> float:
+        """Rough relative cost, to start the heavy tasks first."""
+        if self.selection.policy == "ecospec":
+            return 10.0 + (self.selection.budget or 0)
+        if self.selection.policy == "oracle":
+            return 5.0 * len(self.pricings)
+        return 1.0 + len(self.pricings) * 0.1
+
+
+def group_tasks(configs: list[Config], settings: Settings) -> list[Task]:
+    """Configurations sharing (trace, selection) become one task; heavy tasks first, by trace."""
+    tasks: dict[tuple[TraceRef, Selection], Task] = {}
+    for c in configs:
+        key = (c.trace, c.selection)
+        if key not in tasks:
+            tasks[key] = Task(c.trace, c.selection, [], settings)
+        tasks[key].pricings.append((c.id, c.pricing))
+    order = {t: i for i, t in enumerate(dict.fromkeys(c.trace for c in configs))}
+    return sorted(tasks.values(), key=lambda t: (order[t.trace], -t.weight))

@@ -1,0 +1,99 @@
+"""Run a sweep into a directory: plan, skip what is done, run the rest, consolidate, pick the winner."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ecosim.errors import EcoSimError
+from ecosim.sweep.executors import run_tasks
+from ecosim.sweep.grid import Config, Grid, TraceRef, group_tasks
+from ecosim.sweep.results import SweepDir, atomic_write_text, config_record, trace_fingerprint
+from ecosim.sweep.winner import choose, versions
+from ecosim.trace.checks import check_manifest
+from ecosim.trace.io import find_traces
+from ecosim.trace.schema import MANIFEST
+
+WINNER = "winner.json"
+
+
+@dataclass
+class Outcome:
+    dir: Path
+    configs: list[Config]
+    tasks: int
+    computed: int  # configurations run now
+    skipped: int  # configurations found done in parts/
+    results: pl.DataFrame
+    winner: dict[str, Any]
+
+
+def trace_refs(paths: list[str | Path]) -> list[tuple[TraceRef, dict[str, Any]]]:
+    """Resolved path, fingerprint and manifest of each trace (duplicates dropped); manifests checked."""
+    out: dict[str, tuple[TraceRef, dict[str, Any]]] = {}
+    for p in find_traces(paths):
+        p = p.resolve()
+        if str(p) in out:
+            continue
+        try:
+            manifest = json.loads((p / MANIFEST).read_bytes())
+        except (OSError, ValueError) as e:
+            raise EcoSimError(f"{p}/{MANIFEST}: unreadable ({e})") from None
+        check_manifest(manifest)
+        out[str(p)] = (TraceRef(str(p), trace_fingerprint(p)), manifest)
+    return list(out.values())
+
+
+def run_sweep(
+    grid: Grid,
+    traces: list[str | Path],
+    out: Path,
+    executor: str = "local",
+    jobs: int = 1,
+    ray_address: str | None = None,
+    objective: str = "time_per_token",
+    min_tokens_per_step: float | None = None,
+    on_plan: Callable[[int, int], None] | None = None,
+    on_done: Callable[[int], None] | None = None,
+) -> Outcome:
+    """The sweep of `grid` over `traces` into `out`, resuming whatever parts/ already holds.
+
+    `on_plan(total, skipped)` is called once the plan is known, `on_done(n)` as each task's n
+    configurations are committed.
+    """
+    d = SweepDir(out)
+    refs = trace_refs(traces)
+    configs = grid.configs([r for r, _ in refs])
+    pricings = grid.pricings()
+    meta = {
+        "grid": grid.describe(),
+        "traces": [{"path": r.path, "name": Path(r.path).name, "fingerprint": r.fingerprint,
+                    "synthetic": bool(m.get("synthetic"))} for r, m in refs],
+        "pricings": [{"hardware": p.hardware, "hbm_bw": grid.settings.device(p).hbm_bw, "placement": p.placement,
+                      "device": grid.settings.device(p).to_dict()} for p in pricings],
+        "configurations": len(configs),
+        "versions": versions(),
+    }
+    d.create()
+    d.write_meta(meta)
+    done = d.done()
+    todo = [c for c in configs if c.id not in done]
+    tasks = group_tasks(todo, grid.settings)
+    if on_plan:
+        on_plan(len(configs), len(configs) - len(todo))
+    by_id = {c.id: c for c in todo}
+    bw = {p: grid.settings.device(p).hbm_bw for p in pricings}
+    for task, rows in run_tasks(tasks, executor, jobs, ray_address):
+        records = [{**config_record(by_id[cid], bw[by_id[cid].pricing]), **raw} for cid, raw in rows]
+        d.write_part(records)
+        if on_done:
+            on_done(len(records))
+    results = d.consolidate(configs)
+    winner = choose(results, meta, objective, min_tokens_per_step)
+    atomic_write_text(json.dumps(winner, indent=1) + "\n", d.path / WINNER)
+    return Outcome(d.path, configs, len(tasks), len(todo), len(configs) - len(todo), results, winner)
