@@ -1,18 +1,46 @@
-"""Expert predictors: how a cost-aware policy guesses the experts a candidate will wake."""
+"""Expert predictors: how a cost-aware policy guesses the experts a candidate will wake.
+
+Names `get_predictor` understands:
+
+- `oracle`, `none`: the bounds (true routing; nothing predicted).
+- `freq`, `token`, `context`: that kind trained on the fly on the trace being predicted,
+  leave-requests-out (kfold.py: each request is predicted by a model fitted on other requests).
+- anything else: a predictor file written by `ecosim predictor train` (store.py). A file whose
+  name clashes with a kind above is reached with a path, e.g. `./token`.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ecosim.errors import EcoSimError
-from ecosim.predictors.base import ExpertPredictor, NoPredictor, OraclePredictor
+from ecosim.predictors.base import (
+    Candidates, ExpertPredictor, NoPredictor, OraclePredictor, ScoringPredictor, Selection, Shape,
+)
+from ecosim.predictors.train import KINDS
 
 BUILTIN = {"oracle": OraclePredictor, "none": NoPredictor}
 
 
-def get_predictor(name: str) -> ExpertPredictor:
-    """A built-in predictor by name (`oracle`, `none`), or a trained predictor file."""
+def get_predictor(name: str, *, selection: Selection | None = None, folds: int | None = None) -> ExpertPredictor:
+    """A built-in predictor by name (`oracle`, `none`), a kind trained on the fly leave-requests-out
+    (`freq`, `token`, `context`), or a trained predictor file. `selection` overrides how a scoring
+    predictor takes its sets (a file's own default otherwise); `folds` the on-the-fly folds."""
     if name in BUILTIN:
         return BUILTIN[name]()
-    raise EcoSimError(f"unknown predictor {name!r}; known: {', '.join(BUILTIN)}")
+    if name in KINDS:
+        from ecosim.predictors.kfold import FOLDS, KFoldPredictor
+        return KFoldPredictor(name, folds or FOLDS, selection=selection or Selection())
+    if not Path(name).exists():
+        raise EcoSimError(f"unknown predictor {name!r}: not one of {', '.join([*BUILTIN, *KINDS])} and no such file")
+    from ecosim.predictors.store import load
+    pred = load(name)
+    if selection is not None:
+        pred.selection = selection
+    return pred
 
 
-__all__ = ["BUILTIN", "ExpertPredictor", "NoPredictor", "OraclePredictor", "get_predictor"]
+__all__ = [
+    "BUILTIN", "KINDS", "Candidates", "ExpertPredictor", "NoPredictor", "OraclePredictor", "ScoringPredictor",
+    "Selection", "Shape", "get_predictor",
+]

@@ -1,0 +1,184 @@
+"""`ecosim predictor train` and `ecosim predictor eval`: expert predictors for `ecospec`.
+
+The metrics `eval` prints are defined once, in ecosim/predictors/evaluate.py.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from ecosim.cli import app, fail, wide_console
+from ecosim.predictors import BUILTIN, KINDS, ExpertPredictor, ScoringPredictor, Selection, get_predictor
+from ecosim.predictors.evaluate import Tally, evaluate
+from ecosim.predictors.view import draft_view, fingerprint, request_ids, request_mask
+from ecosim.trace.io import Trace, find_traces, read_trace
+
+predictor_app = typer.Typer(
+    help="Train and evaluate expert predictors (what `ecospec` scores candidates with).",
+    no_args_is_help=True,
+)
+app.add_typer(predictor_app, name="predictor")
+
+TraceArgs = Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces.")]
+TopK = Annotated[int | None, typer.Option("--k", min=1, help="Predicted set = the k best-scored experts per layer (default: the model's top-k).")]
+Mass = Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Predicted set = the fewest experts holding this share of the score per layer (instead of --k).")]
+MaxSize = Annotated[int | None, typer.Option(min=1, help="With --mass: at most this many experts per layer.")]
+
+
+def _selection(k: int | None, mass: float | None, max_size: int | None) -> Selection | None:
+    if max_size is not None and mass is None:
+        fail("--max-size goes with --mass")
+    if k is None and mass is None:
+        return None
+    return Selection(k, mass, max_size)
+
+
+def _read(paths: list[Path]) -> list[Trace]:
+    return [read_trace(p) for p in find_traces([str(p) for p in paths])]
+
+
+@predictor_app.command("train")
+def train_cmd(
+    traces: TraceArgs,
+    kind: Annotated[str, typer.Option(help=f"What to train: {', '.join(KINDS)} (see ecosim/predictors/).")],
+    out: Annotated[Path, typer.Option(help="Predictor file to write (.npz; numpy arrays and a JSON header, no pickle).")],
+    holdout: Annotated[float, typer.Option(help="Share of (trace, request) pairs held out of training, drawn with --seed; recorded in the file for `eval`.")] = 0.25,
+    seed: Annotated[int, typer.Option(help="Seed of the request split and of the context model's training.")] = 0,
+    k: TopK = None,
+    mass: Mass = None,
+    max_size: MaxSize = None,
+    alpha: Annotated[float, typer.Option(min=0.0, help="token/context: strength of the back-off to the layer prior (pseudo-occurrences).")] = 1.0,
+    width: Annotated[int | None, typer.Option(min=1, help="token/context: experts kept per (token, layer) in the table (default 2 x top-k).")] = None,
+    dim: Annotated[int, typer.Option(min=1, help="context: embedding size of the token and parent token.")] = 16,
+    epochs: Annotated[int, typer.Option(min=1, help="context: passes over the training rows.")] = 3,
+    batch: Annotated[int, typer.Option(min=1, help="context: rows per minibatch.")] = 512,
+    lr: Annotated[float, typer.Option(min=0.0, help="context: Adam learning rate.")] = 0.03,
+    max_rows: Annotated[int, typer.Option(min=1, help="context: train on at most this many rows (a seeded sample).")] = 100_000,
+    folds: Annotated[int, typer.Option(min=2, help="context: folds of training requests its token feature is cross-fitted over.")] = 4,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the summary line.")] = False,
+) -> None:
+    """Train a predictor on traces, holding out whole requests for `ecosim predictor eval`."""
+    from ecosim.predictors.store import save
+    from ecosim.predictors.train import train
+
+    if kind not in KINDS:
+        fail(f"unknown predictor kind {kind!r}; known: {', '.join(KINDS)}")
+    selection = _selection(k, mass, max_size) or Selection()
+    loaded = _read(traces)
+    options: dict[str, Any] = {"alpha": alpha, "width": width}
+    if kind == "context":
+        options.update(dim=dim, epochs=epochs, batch=batch, lr=lr, max_rows=max_rows, folds=folds, verbose=not as_json)
+    pred, record = train(loaded, kind, holdout, seed, selection, **options)
+    path = save(out, pred, record)
+    size = path.stat().st_size
+    held = sum(len(t["heldout_requests"]) for t in record["traces"])
+    trained = sum(len(t["train_requests"]) for t in record["traces"])
+    if as_json:
+        print(json.dumps({"file": str(path), "kind": kind, "bytes": size, "selection": pred.selection.to_dict(),
+                          "training": record, "config": pred.config()}, indent=1))  # type: ignore[attr-defined]
+        return
+    print(f"{path}: {kind} predictor ({pred.selection.describe(pred.shape.top_k)}), {record['rows']} rows of {trained} "
+          f"requests in {len(loaded)} trace(s), {held} request(s) held out, {record['seconds']:.1f} s, {size / 1e6:.2f} MB")
+
+
+def _masks(pred: ExpertPredictor, split_from: ScoringPredictor | None, trace: Trace, all_requests: bool) -> tuple[list[int], str]:
+    """Requests of `trace` to evaluate on, and how they were chosen."""
+    reqs = request_ids(trace)
+    on_the_fly = not isinstance(pred, ScoringPredictor) and pred.name in KINDS
+    if all_requests:
+        return reqs, "leave-requests-out" if on_the_fly else "all requests"
+    if on_the_fly and split_from is None:
+        return reqs, "leave-requests-out"
+    if split_from is not None and split_from.training:
+        fp = fingerprint(trace)
+        mine = [t for t in split_from.training.get("traces", []) if t.get("fingerprint") == fp]
+        if mine:
+            held = sorted({r for t in mine for r in t["heldout_requests"]} - {r for t in mine for r in t["train_requests"]})
+            if not held:
+                fail(f"{trace.path}: {split_from.source} holds out no request of this trace (trained with --holdout 0?); "
+                     "evaluate on other traces, or pass --all-requests to score in-sample")
+            return held, "held out, leave-requests-out" if on_the_fly else "held out"
+        return reqs, "not in training"
+    return reqs, "leave-requests-out" if on_the_fly else "all requests"
+
+
+@predictor_app.command("eval")
+def eval_cmd(
+    predictor: Annotated[str, typer.Argument(help=f"A predictor file, or {', '.join(BUILTIN)} (bounds), or {', '.join(KINDS)} (trained on the fly, leave-requests-out).")],
+    traces: TraceArgs,
+    split_from: Annotated[Path | None, typer.Option(help="Evaluate on the requests this predictor file held out (default: PREDICTOR's own, if a file).")] = None,
+    all_requests: Annotated[bool, typer.Option(help="Evaluate on every request, including ones the predictor was trained on (in-sample; says so).")] = False,
+    k: TopK = None,
+    mass: Mass = None,
+    max_size: MaxSize = None,
+    folds: Annotated[int, typer.Option(min=2, help="For freq/token/context by name: folds of requests (each predicted by the others' model).")] = 4,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (with per-layer figures) instead of the table.")] = False,
+) -> None:
+    """Recall, precision and marginal-cost error of a predictor on requests it was not trained on.
+
+    Metrics are defined in ecosim/predictors/evaluate.py. A file predictor is scored on the requests
+    it held out of the traces it was trained on, and on every request of traces it never saw.
+    """
+    from ecosim.predictors.store import load
+
+    selection = _selection(k, mass, max_size)
+    pred = get_predictor(predictor, selection=selection, folds=folds)
+    source = load(split_from) if split_from is not None else (pred if isinstance(pred, ScoringPredictor) else None)
+    loaded = _read(traces)
+    per: list[dict[str, Any]] = []
+    total: Tally | None = None
+    for trace in loaded:
+        reqs, how = _masks(pred, source, trace, all_requests)
+        tally = evaluate(pred, trace, request_mask(trace, reqs))
+        if total is None:
+            total = Tally(tally.layers, tally.top_k)
+        if (total.layers, total.top_k) == (tally.layers, tally.top_k):
+            total.merge(tally)
+        per.append({"trace": trace.name, "path": str(trace.path), "synthetic": trace.synthetic, "requests": reqs,
+                    "split": how, "nodes_per_tree": round(draft_view(trace).n_rows / max(trace.n_trees, 1), 2),
+                    **tally.report()})
+    assert total is not None
+    desc = pred.describe()
+    sel = pred.selection.to_dict() if isinstance(pred, ScoringPredictor) else None
+    out = {"predictor": desc, "name": predictor, "selection": sel, "traces": per, "total": total.report()}
+    if as_json:
+        print(json.dumps(out, indent=1))
+        return
+    _print_table(out)
+
+
+def _fmt(x: Any, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _print_table(out: dict[str, Any]) -> None:
+    t = Table(title=f"predictor {out['predictor']}", title_justify="left")
+    for col in ("trace", "data", "requests", "split", "candidates", "recall", "precision", "set size",
+                "marginal true", "predicted", "MAE", "corr", "µs/candidate", "cpu µs"):
+        t.add_column(col, justify="left" if col in ("trace", "data", "requests", "split") else "right")
+    rows = [*out["traces"], {"trace": "total", **out["total"]}] if len(out["traces"]) > 1 else out["traces"]
+    for r in rows:
+        m = r["marginal"]
+        t.add_row(
+            r["trace"], ("synthetic" if r["synthetic"] else "real") if "synthetic" in r else "",
+            ",".join(map(str, r["requests"])) if "requests" in r else "", r.get("split", ""), str(r["rows"]),
+            _fmt(r["recall"], ".4f"), _fmt(r["precision"], ".4f"), _fmt(r["set_size"], ".2f"),
+            _fmt(m.get("true_mean"), ".2f"), _fmt(m.get("predicted_mean"), ".2f"), _fmt(m.get("mae"), ".2f"),
+            _fmt(m.get("pearson"), ".3f"), _fmt(r["us_per_candidate"], ".2f"), _fmt(r["cpu_us_per_candidate"], ".2f"),
+        )
+    console = wide_console()
+    console.print(t)
+    layer = [x for x in out["total"]["per_layer"]["recall"] if x is not None]
+    if layer:
+        console.print(f"per-layer recall: min {min(layer):.4f}, median {statistics.median(layer):.4f}, max {max(layer):.4f}"
+                      f"; by depth: {', '.join(f'{d}: {v:.3f}' for d, v in out['total']['recall_by_depth'].items())}")
+    console.print("[dim]marginal = experts a candidate adds to its ancestors' set, summed over MoE layers "
+                  "(predicted: against the predicted buffer); definitions in ecosim/predictors/evaluate.py[/dim]")
+    if any(r["synthetic"] for r in out["traces"]):
+        console.print("[yellow]synthetic traces are generated, not measured: their figures illustrate the model only[/yellow]")

@@ -1,0 +1,62 @@
+"""`freq`: per MoE layer, the experts' overall frequency in the training rows.
+
+The prior: what a token-blind predictor gets. Every candidate is predicted the same set per layer
+(the layer's most used experts), so its cost per candidate is a copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ecosim.predictors.base import Candidates, ScoringPredictor, Selection, Shape
+
+
+def expert_prior(experts: np.ndarray, num_experts: int) -> np.ndarray:
+    """(rows, layers, k) true experts -> (layers, E) float64 share of the top-k slots each expert took."""
+    L = experts.shape[1]
+    counts = np.zeros((L, num_experts), dtype=np.float64)
+    for layer in range(L):
+        e = experts[:, layer, :].ravel()
+        counts[layer] = np.bincount(e[e >= 0], minlength=num_experts)[:num_experts]
+    total = counts.sum(axis=1, keepdims=True)
+    return np.where(total > 0, counts / np.maximum(total, 1), 1.0 / num_experts)
+
+
+class FreqPredictor(ScoringPredictor):
+    """The layer's expert frequencies, the same for every candidate."""
+
+    kind = "freq"
+
+    def __init__(self, shape: Shape, prior: np.ndarray, selection: Selection = Selection()):
+        self.shape = shape
+        self.prior = np.asarray(prior, dtype=np.float32)
+        self.selection = selection
+        self.name = "freq"
+        self._picked: tuple[Selection, np.ndarray] | None = None
+
+    @classmethod
+    def fit(cls, shape: Shape, experts: np.ndarray, selection: Selection = Selection(), **_: Any) -> FreqPredictor:
+        return cls(shape, expert_prior(experts, shape.num_experts), selection)
+
+    def scores(self, cands: Candidates) -> np.ndarray:
+        return np.broadcast_to(self.prior, (len(cands), *self.prior.shape)).copy()
+
+    def select(self, cands: Candidates) -> np.ndarray:
+        if self._picked is None or self._picked[0] != self.selection:
+            self._picked = (self.selection, self.selection.apply(self.prior[None], self.shape.top_k))
+        picked = self._picked[1]
+        return np.broadcast_to(picked, (len(cands), *picked.shape[1:]))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"prior": self.prior}
+
+    def config(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def from_arrays(cls, shape: Shape, selection: Selection, arrays: dict[str, np.ndarray], config: dict[str, Any]) -> FreqPredictor:
+        return cls(shape, arrays["prior"], selection)
+
+

@@ -1,0 +1,92 @@
+"""A predictor kind by name (`freq`, `token`, `context`): trained on the fly, leave-requests-out.
+
+`ecosim replay --predictor token` replays a trace with a predictor that has never seen the request
+it predicts: the trace's requests are dealt into `folds` folds by a seeded permutation, and the
+rows of each fold are predicted by a model fitted on the other folds' requests of the same trace.
+That is honest (no request is predicted in-sample) at the price of fitting `folds` models per
+trace, and of training on fewer requests than a predictor file fitted on other traces would have.
+A trace with a single request cannot be predicted this way: train a file on other traces.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from ecosim.errors import EcoSimError
+from ecosim.predictors.base import ExpertPredictor, Selection, Shape
+from ecosim.predictors.train import KINDS, TrainingRows, fit
+from ecosim.predictors.view import draft_view, fingerprint, request_ids, request_mask
+from ecosim.trace.io import Trace
+
+FOLDS = 4
+
+
+class KFoldPredictor(ExpertPredictor):
+    """Fits `kind` `folds` times per trace, each fold's requests predicted by the others' model."""
+
+    def __init__(self, kind: str, folds: int = FOLDS, seed: int = 0, selection: Selection = Selection(), **options: Any):
+        if kind not in KINDS:
+            raise EcoSimError(f"unknown predictor kind {kind!r}; known: {', '.join(KINDS)}")
+        if folds < 2:
+            raise EcoSimError(f"leave-requests-out needs at least 2 folds, got {folds}")
+        self.kind, self.folds, self.seed, self.selection, self.options = kind, folds, seed, selection, options
+        self.name = kind
+        self._trace: str | None = None  # fingerprint of the trace the fitted models are for
+        self._models: dict[int, Any] = {}  # fold -> model fitted on the other folds' requests
+        self._fold_of: dict[int, int] = {}
+
+    def prepare(self, trace: Trace) -> float:
+        """Fit the fold models of `trace` (cached)."""
+        t0 = time.perf_counter()
+        self._fitted(trace)
+        return time.perf_counter() - t0
+
+    def _fitted(self, trace: Trace) -> tuple[dict[int, int], dict[int, Any]]:
+        """The fold models of `trace`, fitted once (those of the previous trace are dropped)."""
+        fp = fingerprint(trace)
+        if fp != self._trace:
+            fold_of = self.fold_of(trace)
+            shape = Shape.of(trace)
+            self._models = {}
+            for f in sorted(set(fold_of.values())):
+                train_rows = request_mask(trace, [r for r, g in fold_of.items() if g != f])
+                self._models[f] = fit(self.kind, shape, TrainingRows.gather([(trace, train_rows)]), self.selection,
+                                      seed=self.seed, **self.options)
+            self._trace, self._fold_of = fp, fold_of
+        return self._fold_of, self._models
+
+    def describe(self) -> str:
+        return f"{self.kind} (trained on the fly, {self.folds}-fold by request, {self.selection.describe()})"
+
+    def fold_of(self, trace: Trace) -> dict[int, int]:
+        """Request id -> fold (a seeded deal of the trace's requests)."""
+        reqs = request_ids(trace)
+        if len(reqs) < 2:
+            raise EcoSimError(f"trace {trace.name} has {len(reqs)} request; predictor {self.kind!r} by name is trained "
+                              "on the other requests of the replayed trace, so it needs at least 2 (or train a "
+                              "predictor file on other traces: ecosim predictor train)")
+        n = min(self.folds, len(reqs))
+        perm = np.random.default_rng(self.seed).permutation(len(reqs))
+        return {reqs[j]: i % n for i, j in enumerate(perm)}
+
+    def predict(self, trace: Trace, only: np.ndarray | None = None) -> np.ndarray:
+        shape = Shape.of(trace)
+        view = draft_view(trace)
+        mask = view.whole_trees(only)
+        fold_of, models = self._fitted(trace)
+        out: np.ndarray | None = None
+        for f, model in models.items():
+            rows = request_mask(trace, [r for r, g in fold_of.items() if g == f]) & mask
+            if not rows.any():
+                continue
+            pred = model.predict(trace, only=rows)
+            if out is None:
+                out = np.full_like(pred, -1)
+            out[rows] = pred[rows]
+        if out is None:
+            m = self.selection.width(shape.num_experts, shape.top_k)
+            out = np.full((view.n_rows, shape.num_moe_layers, m), -1, dtype=np.int16)
+        return out

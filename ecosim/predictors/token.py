@@ -1,0 +1,141 @@
+"""`token`: per MoE layer, expert frequencies conditioned on the candidate's token.
+
+For a token t seen n_t times in training, with c_t[l, e] the times expert e was among its top-k at
+layer l, and p[l, e] the layer's prior (`freq`), the score is the Dirichlet-smoothed share
+
+    s_t[l, e] = (c_t[l, e] / k + alpha * p[l, e]) / (n_t + alpha)
+
+so a token seen often follows its own counts, a rare one leans on the prior, and an unseen one
+gets the prior exactly (the back-off to `freq`). The table keeps, per token and layer, only the
+`width` most counted experts (default 2 x top-k); the rest fall back to the prior term.
+
+Per candidate this is a table lookup: the selected set of every known token is computed once
+(on first use) and a candidate's prediction is a gather.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ecosim.predictors.base import Candidates, ScoringPredictor, Selection, Shape, top_ids
+from ecosim.predictors.freq import expert_prior
+
+TOKEN_CHUNK = 256  # tokens counted at once (bounds a (tokens, layers, E) count block)
+
+
+@dataclass
+class TokenTable:
+    """Sparse per-token expert counts: the `width` most counted experts per (token, layer)."""
+
+    tokens: np.ndarray  # (T,) int64, sorted
+    n: np.ndarray  # (T,) float32 occurrences
+    ids: np.ndarray  # (T, L, width) int16, distinct per (token, layer)
+    counts: np.ndarray  # (T, L, width) float32
+    prior: np.ndarray  # (L, E) float32
+    alpha: float
+    top_k: int
+
+    @classmethod
+    def fit(cls, token: np.ndarray, experts: np.ndarray, num_experts: int, width: int, alpha: float) -> TokenTable:
+        n_rows, L, k = experts.shape
+        E = num_experts
+        width = min(width, E)
+        uniq, inv, n = np.unique(token.astype(np.int64), return_inverse=True, return_counts=True)
+        order = np.argsort(inv, kind="stable")
+        inv_sorted = inv[order]
+        ids = np.zeros((len(uniq), L, width), dtype=np.int16)
+        counts = np.zeros((len(uniq), L, width), dtype=np.float32)
+        layer = (np.arange(L, dtype=np.int32) * E)[None, :, None]
+        for a in range(0, len(uniq), TOKEN_CHUNK):
+            b = min(a + TOKEN_CHUNK, len(uniq))
+            lo, hi = np.searchsorted(inv_sorted, [a, b])
+            rows = order[lo:hi]
+            ex = experts[rows]
+            flat = ((inv[rows].astype(np.int32) - a) * (L * E))[:, None, None] + layer + ex
+            block = np.bincount(flat[ex >= 0], minlength=(b - a) * L * E).reshape(b - a, L, E).astype(np.float32)
+            top = top_ids(block, width)
+            ids[a:b] = top
+            counts[a:b] = np.take_along_axis(block, top, axis=-1)
+        prior = expert_prior(experts, E).astype(np.float32)
+        return cls(uniq, n.astype(np.float32), ids, counts, prior, float(alpha), k)
+
+    def lookup(self, token: np.ndarray) -> np.ndarray:
+        """Index of each token in the table, -1 if unseen."""
+        i = np.searchsorted(self.tokens, token)
+        i = np.minimum(i, max(len(self.tokens) - 1, 0))
+        hit = (self.tokens[i] == token) if len(self.tokens) else np.zeros(len(token), dtype=bool)
+        return np.where(hit, i, -1)
+
+    def scores_of(self, idx: np.ndarray) -> np.ndarray:
+        """(n, L, E) float32 scores of table rows `idx` (-1 = unseen: the prior)."""
+        L, E = self.prior.shape
+        if len(self.tokens) == 0:
+            return np.broadcast_to(self.prior, (len(idx), L, E)).copy()
+        seen = idx >= 0
+        j = np.maximum(idx, 0)
+        n_t = np.where(seen, self.n[j], 0.0).astype(np.float32)
+        denom = (n_t + self.alpha)[:, None, None]
+        out = np.empty((len(idx), L, E), dtype=np.float32)
+        np.multiply(self.prior[None], self.alpha / denom, out=out)
+        add = np.where(seen[:, None, None], self.counts[j], 0.0) / (self.top_k * denom)
+        ids = self.ids[j].astype(np.int64)
+        np.put_along_axis(out, ids, np.take_along_axis(out, ids, axis=-1) + add, axis=-1)
+        out /= out.sum(axis=-1, keepdims=True)
+        return out
+
+
+class TokenPredictor(ScoringPredictor):
+    """Expert frequencies conditioned on the token, backed off to `freq` for rare tokens."""
+
+    kind = "token"
+
+    def __init__(self, shape: Shape, table: TokenTable, selection: Selection = Selection()):
+        self.shape = shape
+        self.table = table
+        self.selection = selection
+        self.name = "token"
+        self._picked: tuple[Selection, np.ndarray] | None = None
+
+    @classmethod
+    def fit(cls, shape: Shape, experts: np.ndarray, token: np.ndarray, selection: Selection = Selection(),
+            alpha: float = 1.0, width: int | None = None, **_: Any) -> TokenPredictor:
+        table = TokenTable.fit(token, experts, shape.num_experts, width or 2 * shape.top_k, alpha)
+        return cls(shape, table, selection)
+
+    def scores(self, cands: Candidates) -> np.ndarray:
+        return self.table.scores_of(self.table.lookup(cands.token))
+
+    def prepare(self, trace: Any = None) -> float:
+        """The selected set of every known token (and of an unseen one), computed once."""
+        if self._picked is not None and self._picked[0] == self.selection:
+            return 0.0
+        t0 = time.perf_counter()
+        every = np.arange(-1, len(self.table.tokens))  # -1 first: the unseen token's set
+        picked = np.concatenate([self.selection.apply(self.table.scores_of(every[a : a + 1024]), self.shape.top_k)
+                                 for a in range(0, len(every), 1024)])
+        self._picked = (self.selection, picked)
+        return time.perf_counter() - t0
+
+    def select(self, cands: Candidates) -> np.ndarray:
+        self.prepare()
+        assert self._picked is not None
+        return self._picked[1][self.table.lookup(cands.token) + 1]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        t = self.table
+        counts = t.counts.astype(np.uint32) if t.counts.max(initial=0) < 2**32 else t.counts
+        return {"tokens": t.tokens, "n": t.n, "ids": t.ids, "counts": counts, "prior": t.prior}
+
+    def config(self) -> dict[str, Any]:
+        return {"alpha": self.table.alpha, "width": int(self.table.ids.shape[-1])}
+
+    @classmethod
+    def from_arrays(cls, shape: Shape, selection: Selection, arrays: dict[str, np.ndarray], config: dict[str, Any]) -> TokenPredictor:
+        table = TokenTable(arrays["tokens"].astype(np.int64), arrays["n"].astype(np.float32), arrays["ids"].astype(np.int16),
+                           arrays["counts"].astype(np.float32), arrays["prior"].astype(np.float32), float(config["alpha"]),
+                           shape.top_k)
+        return cls(shape, table, selection)
