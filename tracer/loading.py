@@ -146,6 +146,10 @@ def load_model(src: Source, *, dtype: str = "auto", device: str = "cpu", attn: s
             model = model.to(device)  # without accelerate: load on the host, then move
     except (OSError, ValueError, ImportError, RuntimeError, KeyError) as e:
         raise TracerError(f"could not load {src.ref}: {_one_line(e)}") from None
+    # Routing is read by hooks; a checkpoint saved for training (output_router_logits=True) would
+    # otherwise compute its load-balancing loss on every forward, which fails under a tree mask.
+    if getattr(model.config, "output_router_logits", False):
+        model.config.output_router_logits = False
     return model.eval()
 
 
