@@ -44,7 +44,7 @@ PAD_ID, BOS_ID, EOS_ID = 0, 1, 2
 # configs
 
 
-def target_config(vocab_size: int, seq_len: int):
+def target_config(vocab_size: int, seq_len: int, balance_coef: float = 0.02):
     from transformers import Qwen3MoeConfig
 
     return Qwen3MoeConfig(
@@ -66,21 +66,21 @@ def target_config(vocab_size: int, seq_len: int):
         num_experts_per_tok=4,
         norm_topk_prob=True,
         output_router_logits=True,
-        router_aux_loss_coef=0.02,
+        router_aux_loss_coef=balance_coef,
         pad_token_id=PAD_ID,
         bos_token_id=BOS_ID,
         eos_token_id=EOS_ID,
     )
 
 
-def draft_config(vocab_size: int, seq_len: int):
+def draft_config(vocab_size: int, seq_len: int, layers: int = 2):
     from transformers import Qwen3Config
 
     return Qwen3Config(
         vocab_size=vocab_size,
         hidden_size=192,  # same width as the target so its embeddings can seed the draft's
         intermediate_size=768,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         hidden_act="silu",
@@ -226,7 +226,7 @@ def train_target(model, windows: Windows, steps: int, lr: float, warmup: int, lo
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        hist.append((float(ce), float(bal)))
+        hist.append((ce.item(), bal.item()))
         if step % log_every == 0 or step == steps - 1:
             k = min(len(hist), log_every)
             ce_m = sum(h[0] for h in hist[-k:]) / k
@@ -272,7 +272,7 @@ def train_draft(draft, target, windows: Windows, steps: int, lr: float, warmup: 
         opt.step()
         with torch.no_grad():
             agree = float((d_logits.argmax(-1) == t_logits.reshape(d_logits.shape).argmax(-1)).float().mean())
-        hist.append((float(ce), float(kl), agree))
+        hist.append((ce.item(), kl.item(), agree))
         if step % log_every == 0 or step == steps - 1:
             k = min(len(hist), log_every)
             m = [sum(h[i] for h in hist[-k:]) / k for i in range(3)]
@@ -439,6 +439,16 @@ def write_card(out: Path, m: dict) -> None:
         return "\n".join(f"| `{k}` | `{json.dumps(c.get(k))}` |" for k in keys)
     a = m["args"]
     per_task = ", ".join(f"{k} {v:.1%}" for k, v in m["greedy"]["top1_agreement_per_task"].items())
+    cpu_note = ""
+    if m.get("cpu_seconds"):
+        cpu_note = (f"; CPU time of the process {fmt_time(m['cpu_seconds'])} ({m['cpu_seconds'] / 60:.0f} CPU "
+                    f"minutes; where other work shares the cores, both are upper bounds)")
+    min_task = min(m["greedy"]["top1_agreement_per_task"].values())
+    def yes(ok):
+        return "yes" if ok else "**no**"
+    for c in (tc, dc):  # transformers 5 serialises Qwen3-MoE's num_experts as num_local_experts
+        if c.get("num_experts") is None and c.get("num_local_experts") is not None:
+            c["num_experts"] = c["num_local_experts"]
     text = f"""# ecosim-tiny: EcoSim's embedded default target/draft pair
 
 A tiny Mixture-of-Experts **target** (`Qwen3MoeForCausalLM`) and a small dense **draft**
@@ -459,7 +469,7 @@ of the run that produced the committed weights; the raw numbers are in `train_me
 Seed {a['seed']}. Deterministic given the seed, the machine kind, the Python standard library the
 corpus is read from (here Python {m['python']} at `{m['stdlib_root']}`), torch {m['torch']} and
 transformers {m['transformers']}. Wall time of this run: **{fmt_time(m['wall_seconds'])}**
-({m['wall_seconds']:.0f} s) on {m['threads']} CPU threads ({m['machine']}).
+({m['wall_seconds']:.0f} s) on {m['threads']} CPU threads ({m['machine']}){cpu_note}.
 
 ## Files
 
@@ -485,16 +495,21 @@ pre-tokenisation without a prefix space, so `decode(encode(text))` round-trips a
 |---|---|
 {cfg_table(tc, tcfg_keys)}
 
-Every layer is MoE (32 routed experts, top-4, no shared expert). Experts are stored fused, per
-layer: `mlp.experts.gate_up_proj` (experts, 2*moe_intermediate, hidden) and
-`mlp.experts.down_proj` (experts, hidden, moe_intermediate). One routed expert is
+Every layer is MoE ({tc['num_experts']} routed experts, top-{tc['num_experts_per_tok']}, no shared expert). In memory
+(transformers 5) the experts are fused per layer: `mlp.experts.gate_up_proj` (experts,
+2*moe_intermediate, hidden; gate rows first, then up rows) and `mlp.experts.down_proj` (experts,
+hidden, moe_intermediate). `save_pretrained` writes them in the per-expert layout
+(`model.layers.{{i}}.mlp.experts.{{e}}.{{gate,up,down}}_proj.weight`) and `from_pretrained` fuses
+them again. The router is `model.layers.{{i}}.mlp.gate` (softmax, top-{tc['num_experts_per_tok']}, renormalised). One routed expert is
 3 x {tc['hidden_size']} x {tc['moe_intermediate_size']} = {3 * tc['hidden_size'] * tc['moe_intermediate_size']:,}
 parameters = {m['expert_bytes_fp32']:,} bytes in fp32. `tracer/widen.py` makes a
-*bandwidth-bound replica* with wider experts and identical function.
+*bandwidth-bound replica* with wider experts and identical function and routing (extra
+intermediate units whose down-projection columns are zero; built by a command, not committed):
+`python -m tracer.widen --model models/ecosim-tiny/target --factor 16 --out DIR`.
 
 Parameters: {tp['total']:,} total; routed experts {tp['routed_experts']:,}; everything else
 {tp['non_expert']:,} (of which the tied embedding / LM head {tp['embedding']:,}). Active per
-token: {m['target_active_params']:,} (non-expert + 4 of 32 experts per layer).
+token: {m['target_active_params']:,} (non-expert + {tc['num_experts_per_tok']} of {tc['num_experts']} experts per layer).
 
 ## Draft: `Qwen3ForCausalLM` (dense)
 
@@ -553,6 +568,16 @@ Share of routed slots per expert over fair share (1/32 of a layer's slots): max,
 
 Worst over all layers: validation max/fair {tb_val['max_over_fair']:.2f}, dead {tb_val['dead_experts']};
 greedy continuations max/fair {tb_gen['max_over_fair']:.2f}, dead {tb_gen['dead_experts']}.
+
+## Against the targets of the issue
+
+| target | measured | met |
+|---|---|---|
+| pair well under 50 MB | {(m['target_bytes'] + m['draft_bytes']) / 1e6:.1f} MB | {yes((m['target_bytes'] + m['draft_bytes']) < 40e6)} |
+| a few tens of CPU minutes (aim <= 30 min wall on 2 threads) | {fmt_time(m['wall_seconds'])} | {yes(m['wall_seconds'] <= 30 * 60)} |
+| greedy top-1 agreement >= 60% on every task kind (proxy for accepted length + 1 >= 2 under a 16-node tree) | {min_task:.1%} (worst task) | {yes(min_task >= 0.60)} |
+| no expert above 4x its fair share on the greedy continuations | {tb_gen['max_over_fair']:.2f}x | {yes(tb_gen['max_over_fair'] <= 4.0)} |
+| no dead expert on the greedy continuations | {tb_gen['dead_experts']} dead | {yes(tb_gen['dead_experts'] == 0)} |
 """
     (out / "MODEL_CARD.md").write_text(text, encoding="utf-8")
 
@@ -575,6 +600,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--alpha", type=float, default=0.8, help="weight of the KL term for the draft")
     ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--balance-coef", type=float, default=0.02,
+                    help="weight of the per-layer load-balancing loss (saved as router_aux_loss_coef)")
+    ap.add_argument("--draft-layers", type=int, default=2)
     ap.add_argument("--max-files", type=int, default=None, help="use only the first N stdlib files")
     ap.add_argument("--val-tokens", type=int, default=32768)
     ap.add_argument("--gen-tokens", type=int, default=64)
@@ -583,7 +611,14 @@ def main(argv=None) -> int:
     ap.add_argument("--log-every", type=int, default=25)
     ap.add_argument("--train-experts-impl", default="grouped_mm",
                     help="experts kernel used while training (grouped_mm, eager)")
+    ap.add_argument("--card-only", action="store_true",
+                    help="only rewrite --out/MODEL_CARD.md from --out/train_metrics.json (no training)")
     args = ap.parse_args(argv)
+    if args.card_only:
+        m = json.loads((args.out / "train_metrics.json").read_text(encoding="utf-8"))
+        write_card(args.out, m)
+        print(f"[card] rewrote {args.out / 'MODEL_CARD.md'} from train_metrics.json ({m['command']})")
+        return 0
     if args.steps is not None:
         args.target_steps = args.draft_steps = args.steps
     args.warmup = min(args.warmup, max(1, args.target_steps // 10), max(1, args.draft_steps // 10))
@@ -611,7 +646,7 @@ def main(argv=None) -> int:
 
     # 2. target
     torch.manual_seed(args.seed)
-    tcfg = target_config(V, args.seq_len)
+    tcfg = target_config(V, args.seq_len, args.balance_coef)
     target = Qwen3MoeForCausalLM._from_config(tcfg, attn_implementation="sdpa", dtype=torch.float32)
     if args.train_experts_impl != "eager":
         target.set_experts_implementation(args.train_experts_impl)
@@ -621,7 +656,7 @@ def main(argv=None) -> int:
 
     # 3. draft
     torch.manual_seed(args.seed + 2)
-    dcfg = draft_config(V, args.seq_len)
+    dcfg = draft_config(V, args.seq_len, args.draft_layers)
     draft = Qwen3ForCausalLM._from_config(dcfg, attn_implementation="sdpa", dtype=torch.float32)
     with torch.no_grad():
         draft.get_input_embeddings().weight.copy_(target.get_input_embeddings().weight)
@@ -686,6 +721,7 @@ def main(argv=None) -> int:
         "target_bytes": dir_bytes(out / "target"),
         "draft_bytes": dir_bytes(out / "draft"),
         "wall_seconds": time.time() - t0,
+        "cpu_seconds": time.process_time(),  # this process, all threads (others may share the cores)
     }
     # rope_theta lives in rope_parameters in transformers 5; surface it for the card's table
     for c in (metrics["target_config"], metrics["draft_config"]):
