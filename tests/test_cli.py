@@ -112,7 +112,7 @@ def test_ecosim_runs_without_torch(tmp_path):
         "    return real(name, *a, **k)\n"
         "builtins.__import__ = guard\n"
         "from ecosim.cli import main\n"
-        f"rc = main(['replay', {str(tmp_path / 'h')!r}, '--json'])\n"
+        f"rc = main(['replay', {str(tmp_path / 'h')!r}, '--predictor', 'oracle', '--json'])\n"
         "assert 'torch' not in sys.modules\n"
         "sys.exit(rc)\n"
     )

@@ -27,7 +27,7 @@ from ecosim.stream import StreamedReplay
 from ecosim.units import parse_quantity
 from ecosim.trace.io import find_traces, read_trace
 
-DEFAULT_PREDICTOR = "oracle"
+DEFAULT_PREDICTOR = "token"
 
 
 def _row_json(row: Row) -> dict[str, object]:
@@ -65,7 +65,7 @@ def replay(
     policy: Annotated[str | None, typer.Option(help="ar, confidence, ecospec or oracle; default: all four side by side.")] = None,
     budget: Annotated[int, typer.Option(help="Nodes a step may verify besides the root (EAGLE's total_token - 1).")] = 16,
     lam: Annotated[float, typer.Option("--lambda", help="ecospec's cost weight: value - lambda x (new experts / (moe_layers x top_k)).")] = 0.5,
-    predictor: Annotated[str, typer.Option(help="Expert predictor ecospec scores with: oracle (true routing, an upper bound), none, or a trained predictor file.")] = DEFAULT_PREDICTOR,
+    predictor: Annotated[str, typer.Option(help="Expert predictor ecospec scores with: token, freq or context (trained on the fly on the trace's other requests, k-fold), a predictor file from `ecosim predictor train`, oracle (true routing, an upper bound) or none.")] = DEFAULT_PREDICTOR,
     score: Annotated[str, typer.Option(help="ecospec's score: difference (value - lambda*cost) or ratio (value / (1 + lambda*cost)).")] = "difference",
     hardware: Hardware = "h200",
     bw: Bw = None,
