@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt  # the kernel's inline backend embeds each figure in the HTML
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from ecosim.trace.io import Trace, find_traces, read_trace  # noqa: E402
+from ecosim.trace.io import Trace, find_traces, read_trace
 
 plt.rcParams.update({"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "figure.figsize": (7.5, 4.5)})
 
