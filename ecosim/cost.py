@@ -91,6 +91,8 @@ class CostModel:
             return 0.0
         if self.config.draft_time_s is not None:
             return self.config.draft_time_s
+        if self.device.draft_time_s is not None:  # a calibrated profile measured it
+            return self.device.draft_time_s
         return self.tree_depth * self.draft_bytes / self.bw
 
     def _combine(self, memory: np.ndarray | float, compute: np.ndarray) -> np.ndarray:

@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _ARGV[:] = sys.argv[1:] if argv is None else argv
     try:
-        app(args=argv, prog_name="tracer", standalone_mode=False)
+        # with standalone_mode=False click returns a command's typer.Exit(n) code instead of raising
+        rv = app(args=argv, prog_name="tracer", standalone_mode=False)
     except cx.NoArgsIsHelpError as e:
         print(e.ctx.get_help() if e.ctx is not None else "usage: tracer COMMAND --help")
         sys.exit(0)
@@ -126,6 +127,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except typer.Exit as e:
         sys.exit(e.exit_code)
+    if isinstance(rv, int) and not isinstance(rv, bool) and rv != 0:
+        sys.exit(rv)
 
 
 if __name__ == "__main__":

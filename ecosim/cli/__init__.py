@@ -38,9 +38,14 @@ def fail(message: str) -> None:
 
 
 def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
-    """Run a typer app; user errors become one line on stderr and exit status 2."""
+    """Run a typer app; user errors become one line on stderr and exit status 2.
+
+    With standalone_mode=False, click does not raise a command's `typer.Exit(n)` (nor `ctx.exit(n)`)
+    to us: it returns n. That return value is the exit status; anything else a command returns
+    (our commands return None) means success.
+    """
     try:
-        app(args=argv, prog_name=prog, standalone_mode=False)
+        rv = app(args=argv, prog_name=prog, standalone_mode=False)
     except EcoSimError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
@@ -56,7 +61,7 @@ def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
         return e.exit_code
     except BrokenPipeError:
         return 0
-    return 0
+    return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,59 @@
+"""A committed real run (tests/validate/data/*/README.md): the simulator must still predict it the same way."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from validate.cli import main
+from validate.compare import compare_run
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("run", sorted(p.name for p in DATA.iterdir() if (p / "measured.json").is_file()))
+def test_committed_run_is_predicted_as_recorded(tmp_path, run):
+    d = tmp_path / run
+    shutil.copytree(DATA / run, d)
+    doc = compare_run(d)
+    want = json.loads((DATA / run / "expected.json").read_text())
+    assert doc["lossless"] and doc["trace_matches_greedy"] and not doc["trace_synthetic"]
+    assert doc["ranking_preserved"] == want["ranking_preserved"]
+    for label, p in want["policies"].items():
+        got = next(x for x in doc["policies"] if x["label"] == label)
+        assert got["measured_time_per_token_s"] == pytest.approx(p["measured_time_per_token_s"], rel=1e-12)
+        assert got["simulated_time_per_token_s"] == pytest.approx(p["simulated_time_per_token_s"], rel=1e-9), (
+            f"the simulator's prediction for {label} changed; update expected.json if that is intended")
+        assert got["steps"] == got["simulated_steps"]  # the real run walked the replay's steps
+    assert doc["mae_pct"] == pytest.approx(want["mae_pct"], rel=1e-9)
+    assert doc["worst_pct"] == pytest.approx(want["worst_pct"], rel=1e-9)
+    assert (d / "comparison.parquet").is_file()
+
+
+FIXTURE = DATA / "ecosim-tiny-x256-cpu"
+
+
+def test_report_of_a_committed_run_writes_elsewhere(tmp_path, capsys):
+    """`validate report RUN --out DIR` (the README's command) leaves the committed run untouched."""
+    before = sorted(p.name for p in FIXTURE.iterdir())
+    assert main(["report", str(FIXTURE), "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert "lossless: yes" in out and "ranking preserved: yes" in out
+    assert (tmp_path / "cmp" / "comparison.json").is_file() and (tmp_path / "cmp" / "comparison.parquet").is_file()
+    assert sorted(p.name for p in FIXTURE.iterdir()) == before
+
+
+def test_report_of_a_run_that_was_not_lossless_exits_1(tmp_path, capsys):
+    d = tmp_path / "run"
+    shutil.copytree(FIXTURE, d)
+    m = json.loads((d / "measured.json").read_text())
+    m["lossless"] = False
+    m["lossless_failures"] = [{"policy": "ar", "request": 2, "repeat": 1, "position": 5, "expected": 7, "got": 9}]
+    (d / "measured.json").write_text(json.dumps(m))
+    assert main(["report", str(d)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == ("validate: error: not lossless: ar request 2 (repeat 1) diverges from greedy decoding at position 5 "
+                   "(expected token 7, got 9)")

@@ -1,0 +1,230 @@
+"""The `validate` command line: `calibrate`, `run`, `report`.
+
+Bad input is one line on stderr and exit status 2 (ecosim.cli.run); a run that is not lossless
+prints one line naming the first diverging position and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ecosim.cli import run, wide_console
+from ecosim.errors import EcoSimError
+
+app = typer.Typer(
+    name="validate",
+    help="Run a policy end to end on real hardware and compare with what the simulator predicts.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+)
+
+# shared options
+Model = Annotated[str, typer.Option(help="Target: a pair directory (target/ and draft/), a checkpoint directory, a registry name or a hub id.")]
+Draft = Annotated[str, typer.Option(help="Draft: 'default' (the pair's draft/ or the registry's), 'early-exit:N', a directory or a hub id.")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N (one device; timings synchronise it).")]
+Dtype = Annotated[str, typer.Option(help="auto (the checkpoint's), float32, bfloat16 or float16.")]
+Attn = Annotated[str, typer.Option(help="Attention implementation: auto, eager or sdpa.")]
+Threads = Annotated[int | None, typer.Option(help="torch CPU threads; calibrate and run with the same number.")]
+Overlap = Annotated[str, typer.Option(help="How the profile combines memory and compute time: sum, max, or auto (sum on cpu, max on cuda).")]
+ClockOpt = Annotated[str, typer.Option("--clock", help="wall: perf_counter, device synchronised (default); cpu: the thread's CPU time, "
+                                                       "for a CPU shared with other jobs (--device cpu --threads 1 only).")]
+
+
+def _ints(text: str, name: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise EcoSimError(f"{name} {text!r}: expected comma-separated integers, e.g. 1,2,4,8") from None
+    if not vals or min(vals) < 1:
+        raise EcoSimError(f"{name} {text!r}: expected positive integers")
+    return vals
+
+
+def _overlap(overlap: str, device: str) -> str:
+    if overlap == "auto":
+        return "max" if device.startswith("cuda") else "sum"
+    if overlap not in ("sum", "max"):
+        raise EcoSimError(f"--overlap must be sum, max or auto, got {overlap!r}")
+    return overlap
+
+
+def _threads(threads: int | None) -> None:
+    import torch
+
+    if threads is not None:
+        if threads < 1:
+            raise EcoSimError(f"--threads {threads}: must be at least 1")
+        torch.set_num_threads(threads)
+
+
+@app.command()
+def calibrate(
+    model: Model,
+    out: Annotated[Path, typer.Option(help="Profile JSON to write (ecosim replay --hardware reads it).")],
+    draft: Draft = "default",
+    device: DeviceOpt = "cpu",
+    dtype: Dtype = "auto",
+    attn: Attn = "auto",
+    threads: Threads = 1,
+    tokens: Annotated[str, typer.Option(help="Tokens per verify forward to benchmark, comma-separated.")] = "1,2,3,4,6,8,12,16,24,32,48,64",
+    levels: Annotated[int, typer.Option(help="Expert-union levels per token count, spread over [top_k, min(experts, tokens x top_k)].")] = 4,
+    contexts: Annotated[str, typer.Option(help="Context lengths (tokens in the KV cache) to benchmark at, comma-separated.")] = "48,160",
+    repeats: Annotated[int, typer.Option(help="Runs of each case (the median is fitted).")] = 5,
+    depth: Annotated[int, typer.Option(help="Draft tree depth, as recorded (tracer record --depth).")] = 7,
+    topk: Annotated[int, typer.Option(help="Draft tree top-k, as recorded.")] = 10,
+    max_nodes: Annotated[int, typer.Option(help="Draft tree nodes kept, as recorded.")] = 60,
+    budget: Annotated[int, typer.Option(help="Budget of the confidence selection timed with the draft.")] = 16,
+    overlap: Overlap = "auto",
+    seed: Annotated[int, typer.Option(help="Seed of the random contexts, trees and expert sets.")] = 0,
+    clock: ClockOpt = "wall",
+    prompts: Annotated[list[Path] | None, typer.Option(help="Prompt files (JSON Lines) whose text the contexts and draft roots are "
+                                                            "cut from (default: the --trace's text, else random tokens).")] = None,
+    trace: Annotated[Path | None, typer.Option(help="A trace recorded from this model: the verify cases become subtrees of its trees "
+                                                    "with their recorded routing (default: a grid of tokens x expert unions).")] = None,
+) -> None:
+    """Measure this device as ecosim's cost model needs it: fit bandwidth, compute, overhead and draft time."""
+    from validate.calibrate import HUGE, CalibConfig
+    from validate.clock import make_clock
+    from tracer.pair import load_pair
+    from validate.measure import calibrate_pair, check_one_device
+
+    cfg = CalibConfig(_ints(tokens, "--tokens"), levels, _ints(contexts, "--contexts"), repeats, 3,
+                      depth, topk, max_nodes, budget, _overlap(overlap, device), seed)
+    cfg.check()
+    check_one_device(device)
+    _threads(threads)
+    pair = load_pair(model, draft, dtype=dtype, device=device, attn=attn)
+    text = None
+    if prompts:
+        from tracer.prompts import read_prompts, tokenize
+
+        text = [t for ids in tokenize(read_prompts(prompts), pair.tokenizer, pair.target.vocab_size) for t in ids]
+    recorded = None
+    if trace is not None:
+        from ecosim.trace.io import read_trace
+        from validate.measure import _check_same_model
+
+        recorded = read_trace(trace)
+        _check_same_model(pair, recorded)
+    doc = calibrate_pair(pair, cfg, make_clock(clock, pair.target.device), clock, text=text, trace=recorded)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    f = doc["calibration"]["fit"]
+    peak = "not measurable" if f["peak"] >= HUGE else f"{f['peak'] / 1e9:.4g} GFLOP/s"
+    bw = "not measurable" if f["bw"] >= HUGE else f"{f['bw'] / 1e9:.4g} GB/s"
+    print(f"wrote {out}: bandwidth {bw}, compute {peak}, overhead {f['overhead_s'] * 1e3:.4g} ms/step, "
+          f"draft {f['draft_time_s'] * 1e3:.4g} ms/step (overlap {f['overlap']}); fit over {f['cases']} cases: "
+          f"rms error {f['rel_rmse'] * 100:.2f}%, worst {f['max_rel_err'] * 100:.2f}%")
+    for w in f["warnings"]:
+        print(f"validate: warning: {w}", file=sys.stderr)
+
+
+@app.command("run")
+def run_cmd(
+    model: Model,
+    out: Annotated[Path, typer.Option(help="Run directory to write: trace/, profile.json, measured.json, steps.parquet, comparison.{json,parquet}.")],
+    prompts: Annotated[list[Path] | None, typer.Option(help="JSON Lines prompt files (tracer record's format); repeatable. Not needed with --trace.")] = None,
+    winner: Annotated[Path | None, typer.Option(help="winner.json of `ecosim sweep` (or any JSON with policy, budget, lambda, predictor).")] = None,
+    entry: Annotated[int | None, typer.Option(help="Which entry of the winner file's `winners` list (default: the only one with a configuration).")] = None,
+    policy: Annotated[str | None, typer.Option(help="Instead of --winner: ar, confidence or ecospec.")] = None,
+    budget: Annotated[int | None, typer.Option(help="With --policy: nodes a step may verify besides the root (default 16).")] = None,
+    lam: Annotated[float | None, typer.Option("--lambda", help="With --policy ecospec: the cost weight (default 0.5).")] = None,
+    predictor: Annotated[str | None, typer.Option(help="With --policy ecospec: oracle, none, freq, token, context or a predictor file (default oracle).")] = None,
+    score: Annotated[str | None, typer.Option(help="With --policy ecospec: difference or ratio.")] = None,
+    draft: Draft = "default",
+    device: DeviceOpt = "cpu",
+    dtype: Dtype = "auto",
+    attn: Attn = "auto",
+    threads: Threads = 1,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per prompt (and positions to record).")] = 48,
+    max_prompts: Annotated[int | None, typer.Option(help="Use at most N prompts of each file.")] = None,
+    depth: Annotated[int, typer.Option(help="Draft tree depth (recording and decoding).")] = 7,
+    topk: Annotated[int, typer.Option(help="Draft tree top-k.")] = 10,
+    max_nodes: Annotated[int, typer.Option(help="Draft tree nodes kept below the root.")] = 60,
+    repeats: Annotated[int, typer.Option(help="Decode every prompt with every policy this many times; step phases are the median.")] = 3,
+    hardware: Annotated[Path | None, typer.Option(help="A profile from `validate calibrate` (default: calibrate on the spot).")] = None,
+    trace: Annotated[Path | None, typer.Option(help="Use this recorded trace instead of recording one (its prompts and tree options are used).")] = None,
+    calib_repeats: Annotated[int, typer.Option(help="On-the-spot calibration: runs of each case.")] = 8,
+    calib_tokens: Annotated[str, typer.Option(help="On-the-spot calibration: tokens per verify forward (those up to the largest "
+                                                   "budget + 1 are kept, and that size is added).")] = "1,2,3,4,6,8,12,16,24,32,48,64",
+    calib_contexts: Annotated[str | None, typer.Option(help="On-the-spot calibration: context lengths (default: the trace's shortest and longest).")] = None,
+    overlap: Overlap = "auto",
+    clock: ClockOpt = "wall",
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress messages.")] = False,
+) -> None:
+    """Speculative decoding for real with the winner, ar and confidence; measure, check losslessness, compare."""
+    from validate.calibrate import CalibConfig
+    from validate.choice import from_flags, read_winner
+    from validate.measure import RunConfig, command_line, run_validation
+    from validate.report import render
+
+    flags = [budget, lam, predictor, score]
+    if winner is not None and (policy is not None or any(f is not None for f in flags)):
+        raise EcoSimError("give --winner or --policy (with --budget/--lambda/--predictor/--score), not both")
+    if winner is None and policy is None:
+        if any(f is not None for f in flags):
+            raise EcoSimError("--budget/--lambda/--predictor/--score go with --policy")
+        raise EcoSimError("say which policy to validate: --winner FILE or --policy NAME")
+    choice = read_winner(winner, entry) if winner is not None else from_flags(policy, budget, lam, predictor, score)  # type: ignore[arg-type]
+    contexts = _ints(calib_contexts, "--calib-contexts") if calib_contexts else None
+    calib = CalibConfig(tokens=_ints(calib_tokens, "--calib-tokens"), repeats=calib_repeats, overlap=_overlap(overlap, device),
+                        **({"contexts": contexts} if contexts else {}))
+    calib.check()
+    cfg = RunConfig(model=model, out=out, choice=choice, prompts=list(prompts or []), draft=draft, device=device, dtype=dtype,
+                    attn=attn, threads=threads, max_new_tokens=max_new_tokens, max_prompts=max_prompts, depth=depth, topk=topk,
+                    max_nodes=max_nodes, repeats=repeats, clock=clock, hardware=hardware, trace=trace, calib=calib, progress=not quiet,
+                    command=command_line(sys.argv[1:]), contexts_from_trace=contexts is None)
+    say = (lambda msg: None) if quiet else None
+    doc = run_validation(cfg, say)
+    render(doc, wide_console())
+    _fail_unless_lossless(doc)
+
+
+def _fail_unless_lossless(doc: dict) -> None:
+    """One line naming the first divergence, then exit status 1, when a policy was not lossless."""
+    if doc["lossless"]:
+        return
+    f = doc["lossless_failures"][0]
+    print(f"validate: error: not lossless: {f['policy']} request {f['request']} (repeat {f['repeat']}) diverges from "
+          f"greedy decoding at position {f['position']} (expected token {f['expected']}, got {f['got']})", file=sys.stderr)
+    raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A `validate run` directory.")],
+    hardware: Annotated[Path | None, typer.Option(help="Re-price with another profile (default: the run's).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison JSON instead of the table.")] = False,
+    out: Annotated[Path | None, typer.Option(help="Write comparison.json and comparison.parquet here instead of into RUN "
+                                                  "(for a committed run, e.g. the test fixture).")] = None,
+) -> None:
+    """Print the comparison table; (re)write comparison.json and comparison.parquet (in RUN, or --out)."""
+    from validate.compare import compare_run
+    from validate.report import render
+
+    if not run_dir.is_dir():
+        raise EcoSimError(f"{run_dir}: no such run directory")
+    if hardware is not None and not hardware.is_file():
+        raise EcoSimError(f"--hardware {hardware}: no such profile file")
+    if out is not None and out.exists() and not out.is_dir():
+        raise EcoSimError(f"--out {out}: exists and is not a directory")
+    doc = compare_run(run_dir, str(hardware) if hardware else None, out)
+    if as_json:
+        print(json.dumps(doc, indent=1))
+    else:
+        render(doc, wide_console())
+    _fail_unless_lossless(doc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return run(app, "validate", argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
