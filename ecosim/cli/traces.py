@@ -80,6 +80,8 @@ def synth(
     """Generate a synthetic trace (marked synthetic: an illustration of the model, never a measurement)."""
     if token_affinity + parent_affinity > 1:
         fail("--token-affinity + --parent-affinity must be at most 1")
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "manifest.json").is_file())):
+        fail(f"{out}: exists and is not a trace; refusing to overwrite it")  # before generating, not after
     shape = get_model(model)
     cfg = SynthConfig(requests, positions, depth, topk, max_nodes, accept, confidence, skew, token_affinity,
                       parent_affinity, gates=gates, seed=seed)

@@ -39,7 +39,10 @@ def _type_ok(x: Any, want: type | tuple[type, ...]) -> bool:
     if want is bool:
         return isinstance(x, bool)
     if want == (int, float):
-        return (_is_int(x) or isinstance(x, float)) and math.isfinite(x)
+        try:
+            return (_is_int(x) or isinstance(x, float)) and math.isfinite(x)
+        except OverflowError:  # an int too large for a float
+            return False
     return isinstance(x, want)
 
 
@@ -74,6 +77,8 @@ def check_manifest(m: Any) -> None:
         raise TraceError(MANIFEST, "must be in [1, 32767]", column="model.num_experts")
     if not 1 <= model["top_k"] <= model["num_experts"]:
         raise TraceError(MANIFEST, "must be in [1, num_experts]", column="model.top_k")
+    if len(layers) * model["top_k"] > 2**31 - 1:  # the width of the `experts` lists
+        raise TraceError(MANIFEST, "len(moe_layers) x top_k must fit an int32", column="model.top_k")
     for key in ("vocab_size", "hidden_size", "num_layers", "moe_intermediate_size"):
         if model[key] < 1:
             raise TraceError(MANIFEST, "must be positive", column=f"model.{key}")

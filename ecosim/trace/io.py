@@ -96,6 +96,8 @@ def _load_manifest(path: Path) -> dict[str, Any]:
         raise TraceError(f"{path}/{MANIFEST}", "missing (not a trace directory)")
     try:
         m = json.loads(f.read_bytes())
+    except RecursionError:
+        raise TraceError(f"{path}/{MANIFEST}", "not valid JSON (nested too deeply)") from None
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise TraceError(f"{path}/{MANIFEST}", f"not valid JSON ({str(e).splitlines()[0]})") from None
     return m
@@ -114,6 +116,8 @@ def _parquet(path: Path, name: str) -> pq.ParquetFile:
 def _check_schema(where: str, schema: pa.Schema, want: dict[str, pa.DataType]) -> None:
     for col, t in want.items():
         i = schema.get_field_index(col)
+        if len(schema.get_all_field_indices(col)) > 1:
+            raise TraceError(where, "more than one column of this name", column=col)
         if i < 0:
             raise TraceError(where, "missing column", column=col)
         if schema.field(i).type != t:
@@ -123,21 +127,23 @@ def _check_schema(where: str, schema: pa.Schema, want: dict[str, pa.DataType]) -
 def _node_types(manifest: dict[str, Any], schema: pa.Schema) -> dict[str, pa.DataType]:
     width = len(manifest["model"]["moe_layers"]) * manifest["model"]["top_k"]
     want = dict(NODE_COLUMNS, experts=experts_type(width))
-    if schema.get_field_index("gates") >= 0:
+    if schema.get_all_field_indices("gates"):
         want["gates"] = gates_type(width)
     return want
 
 
-def _to_numpy(batch: pa.RecordBatch | pa.Table, width: int) -> dict[str, np.ndarray]:
+def _to_numpy(batch: pa.RecordBatch | pa.Table, width: int, where: str) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for name in batch.schema.names:
         col = batch.column(name)
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
         if col.null_count:
-            raise TraceError(NODES if name in NODE_COLUMNS or name in ("experts", "gates") else POSITIONS, "null values", column=name)
+            raise TraceError(where, "null values", column=name)
         if pa.types.is_fixed_size_list(col.type):
             flat = col.flatten() if col.offset else col.values
+            if flat.null_count:  # a null inside a node's list would become NaN in a float array
+                raise TraceError(where, "null values inside the lists", column=name)
             out[name] = flat.to_numpy(zero_copy_only=False).reshape(-1, width)
         else:
             out[name] = col.to_numpy(zero_copy_only=False)
@@ -151,7 +157,7 @@ def _read_positions(path: Path) -> dict[str, np.ndarray]:
         table = pf.read(columns=list(POSITION_COLUMNS))
     except (OSError, pa.ArrowException, ValueError) as e:
         raise TraceError(f"{path}/{POSITIONS}", f"unreadable ({str(e).splitlines()[0][:200]})") from None
-    return _to_numpy(table, 1)
+    return _to_numpy(table, 1, f"{path}/{POSITIONS}")
 
 
 def iter_node_batches(path: Path, manifest: dict[str, Any], batch_rows: int = ROW_GROUP) -> Iterator[dict[str, np.ndarray]]:
@@ -162,7 +168,7 @@ def iter_node_batches(path: Path, manifest: dict[str, Any], batch_rows: int = RO
     width = len(manifest["model"]["moe_layers"]) * manifest["model"]["top_k"]
     try:
         for batch in pf.iter_batches(batch_size=batch_rows, columns=list(want)):
-            yield _to_numpy(batch, width)
+            yield _to_numpy(batch, width, NODES)
     except (OSError, pa.ArrowException, ValueError) as e:
         raise TraceError(f"{path}/{NODES}", f"unreadable ({str(e).splitlines()[0][:200]})") from None
 
@@ -276,7 +282,10 @@ def iter_request_chunks(path: str | Path, max_rows: int) -> Iterator[Trace]:
         for first, end in groups:
             need = int(tree_rows[end] - tree_rows[first])
             while have < need:
-                batch = next(batches)
+                batch = next(batches, None)
+                if batch is None:  # nodes.parquet ends early: the checker names the unfinished tree
+                    checker.finish()
+                    raise TraceError(NODES, "ends before the trees of positions.parquet do")
                 checker.feed(batch)
                 pending.append(batch)
                 have += len(batch["node"])

@@ -1,0 +1,388 @@
+"""Faults: `ecosim sweep` and `tracer record` SIGKILLed 50 times each, and a full disk mid-write.
+
+After every kill, what is on disk must be readable (a whole results.parquet or none; a valid trace
+or none), nothing committed before may be lost, and resuming must end with exactly what an
+uninterrupted run writes. A write that fails with ENOSPC midway must leave the previous trace (or
+results file) byte for byte, no temporaries, and a one-line error.
+
+Fifty fresh processes would spend most of their time importing (torch + transformers alone take
+~5 s here), so each kill run is forked from a "zygote" process that imported everything once and
+never ran any work: a fork starts in milliseconds and runs the real command-line entry point
+(`ecosim.cli.main`, `tracer.cli.main`) with real arguments. The zygote only forks children on
+request and reaps them when told to, so a pid the test kills is always its own (a zombie at worst).
+Kills during the imports themselves (which write nothing) are left to the existing kill tests
+(tests/test_sweep.py, tests/tracer/test_tracer_resume.py), which spawn fresh processes; model
+loading, planning, recording, committing and consolidating all happen in the forked child.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib.util
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import ROOT, hand_trace, tiny_trace
+from ecosim.cli import main as ecosim_main
+from ecosim.errors import EcoSimError
+from ecosim.trace import io as trace_io
+from ecosim.trace.io import check_trace, read_trace, write_trace
+
+KILLS = 50
+
+ZYGOTE = r"""
+import json, os, sys, traceback
+kind = sys.argv[1]
+if kind == "tracer":
+    import torch
+    torch.set_num_threads(1)
+    import safetensors.torch, tokenizers, tracer.record, tracer.pair, tracer.tree, tracer.verify  # noqa: F401
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast  # noqa: F401
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM  # noqa: F401  (lazy modules, imported now)
+    from tracer.cli import main as entry
+else:
+    import ecosim.cli.sweep, ecosim.cli.traces, ecosim.cli.replay, ecosim.cli.predictor, ecosim.cli.report  # noqa: F401
+    import ecosim.sweep.runner, ecosim.sweep.tasks  # noqa: F401
+    from ecosim.cli import main as _main
+    def entry(argv):
+        sys.exit(_main(argv))
+print("ready", flush=True)
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "reap" in msg:
+        _, status = os.waitpid(msg["reap"], 0)
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        print(json.dumps({"status": code}), flush=True)
+        continue
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        err = os.open(msg["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(err, 2)
+        code = 0
+        try:
+            entry(msg["argv"])
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            code = 99
+        sys.stderr.flush()
+        os._exit(code)
+    print(json.dumps({"pid": pid}), flush=True)
+"""
+
+
+class Zygote:
+    """A process that imported the commands once and forks a child per run."""
+
+    def __init__(self, kind: str, tmp: Path):
+        self.tmp = tmp
+        env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+                   OMP_NUM_THREADS="1")
+        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE, kind], cwd=ROOT, env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self._read() == "ready"
+
+    def _read(self) -> str:
+        line = self.proc.stdout.readline()
+        assert line, "the zygote died"
+        return line.strip()
+
+    def _send(self, msg: dict) -> dict:
+        self.proc.stdin.write(json.dumps(msg) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self._read())
+
+    def run(self, argv: list[str], kill_after: float | None, limit: float = 120.0) -> tuple[int, bool, str, float]:
+        """Run `argv` in a fresh fork; SIGKILL it after `kill_after` s if still running.
+
+        Returns (exit status, whether the kill landed, stderr, seconds it ran)."""
+        err = self.tmp / "child.err"
+        pid = self._send({"argv": argv, "stderr": str(err)})["pid"]
+        t0 = time.monotonic()
+        deadline = t0 + (kill_after if kill_after is not None else limit)
+        killed = False
+        while True:  # poll without reaping: the pid stays ours (a zombie at worst) until reaped
+            state = _proc_state(pid)
+            if state in ("Z", None):
+                break
+            if time.monotonic() >= deadline:
+                os.kill(pid, signal.SIGKILL)
+                killed = kill_after is not None
+                assert killed, f"{argv[0]} ran longer than {limit} s"
+                break
+            time.sleep(0.001)
+        ran = time.monotonic() - t0
+        status = self._send({"reap": pid})["status"]
+        return status, killed and status == -signal.SIGKILL, err.read_text(), ran
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def _proc_state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+# ====================================================================================== ecosim sweep
+
+GRID = ["--policy", "ar,confidence,ecospec", "--budget", "2,4", "--lambda", "0:1:0.5", "--predictor", "oracle",
+        "--bw", "2TB/s,4.8TB/s", "--placement", "hbm,ep:2,offload:4"]
+
+
+def _sweep_state(out: Path) -> tuple[set[str], pl.DataFrame | None]:
+    """Committed configuration ids and the results file; every file there must read."""
+    ids: set[str] = set()
+    parts = out / "parts"
+    if parts.is_dir():
+        for f in parts.glob("*.parquet"):
+            if not f.name.startswith("."):
+                ids.update(pl.read_parquet(f)["config_id"].to_list())  # a part is whole or absent
+    for name in ("sweep.json", "winner.json"):
+        if (out / name).exists():
+            json.loads((out / name).read_text())
+    results = pl.read_parquet(out / "results.parquet") if (out / "results.parquet").exists() else None
+    return ids, results
+
+
+@pytest.mark.slow
+def test_sweep_killed_50_times_then_resumed(tmp_path):
+    d = tmp_path / "traces"
+    traces = [write_trace(d / "a", *tiny_trace(21)), write_trace(d / "b", *tiny_trace(22, requests=3))]
+    zygote = Zygote("ecosim", tmp_path)
+    try:
+        argv = lambda out: ["sweep", *map(str, traces), "--out", str(out), "--jobs", "1", *GRID]  # noqa: E731
+        status, _, err, full = zygote.run(argv(tmp_path / "ref"), None)
+        assert status == 0, err
+        want = pl.read_parquet(tmp_path / "ref" / "results.parquet")
+        assert want.height == 120
+
+        out = tmp_path / "killed"
+        rng = random.Random(20261210)
+        kills, after, runs, committed, finished_at, span = 0, 0, 0, set(), None, 0.6 * full
+        while kills < KILLS or after < 5:
+            # Kills at random moments of a whole run: first they cut the tasks (parts are committed
+            # as they finish; the window widens until a run gets through), then reruns only
+            # consolidate again, and the kills land in that (planning, reading parts, writing results).
+            status, landed, err, ran = zygote.run(argv(out), rng.uniform(0.0, span))
+            runs += 1
+            kills += landed
+            after += landed and finished_at is not None
+            assert landed or status == 0, err
+            if not landed:
+                span = ran
+            elif finished_at is None:
+                span *= 1.03
+            ids, results = _sweep_state(out)
+            assert ids >= committed, "a kill lost committed configurations"
+            committed = ids
+            if results is not None:  # written only whole, and only for the complete grid
+                assert results.equals(want)
+                finished_at = finished_at or runs
+            assert runs < 6 * KILLS, "the kills rarely landed: the sweep is too quick for the delays"
+        status, _, err, _ = zygote.run(argv(out), None)
+        assert status == 0, err
+    finally:
+        zygote.close()
+    assert pl.read_parquet(out / "results.parquet").equals(want)  # identical to the uninterrupted sweep
+    assert finished_at is not None and 1 < finished_at < runs, "the kills should land both during and after the work"
+    assert kills >= KILLS and after >= 5
+    ids = [i for f in (out / "parts").glob("*.parquet") for i in pl.read_parquet(f)["config_id"].to_list()]
+    assert len(ids) == len(set(ids)) == 120  # no configuration computed twice and committed twice
+    assert not list((out / "parts").glob(".tmp-*"))
+    print(f"{KILLS} kills of ecosim sweep in {runs} runs (one uninterrupted run: {full:.2f} s); finished after run {finished_at}")
+
+
+# ====================================================================================== tracer record
+
+TRACER_OPTS = ["--max-new-tokens", "10", "--depth", "2", "--topk", "2", "--max-nodes", "4", "--chunk", "2",
+               "--threads", "1", "--quiet"]
+PROMPTS = [
+    {"task": "coding", "text": "def add(a, b):\n    return"},
+    {"task": "qa", "text": "What does the with statement do?"},
+    {"task": "dialogue", "input_ids": [1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53]},
+]
+
+
+def _same_trace(a: Path, b: Path) -> None:
+    ta, tb = read_trace(a), read_trace(b)
+    strip = lambda m: {k: v for k, v in m.items() if k != "recorded_on"}  # noqa: E731 - dates, commands differ
+    assert strip(ta.manifest) == strip(tb.manifest)
+    for part in ("positions", "nodes"):
+        da, db = getattr(ta, part), getattr(tb, part)
+        assert da.keys() == db.keys()
+        for k in da:
+            assert np.array_equal(da[k], db[k], equal_nan=da[k].dtype.kind == "f"), f"{part}.{k} differs"
+
+
+@pytest.mark.slow
+def test_tracer_record_killed_50_times_then_resumed(tmp_path):
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
+        pytest.skip("tracer needs torch and transformers")
+    from tracer.tiny import write_tiny
+
+    model = write_tiny("qwen3_moe", tmp_path / "tiny")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(x) + "\n" for x in PROMPTS))
+    zygote = Zygote("tracer", tmp_path)
+    try:
+        argv = lambda out: ["record", "--model", str(model), "--prompts", str(prompts), "--out", str(out),  # noqa: E731
+                            "--resume", *TRACER_OPTS]
+        t0 = time.monotonic()
+        status, _, err, full = zygote.run(argv(tmp_path / "ref"), None)
+        assert status == 0, err
+        out = tmp_path / "killed"
+        rng = random.Random(1210)
+        kills, runs, before, complete_at, partial = 0, 0, {}, None, 0
+        while kills < KILLS:
+            status, landed, err, _ = zygote.run(argv(out), rng.uniform(0.0, full * 0.5))
+            runs += 1
+            kills += landed
+            assert landed or status == 0, err
+            if not out.exists():  # killed before the first commit: absent, nothing to lose
+                assert not before
+                continue
+            m = check_trace(out)  # whatever the moment of the kill, what is there is a whole trace
+            now = {r["request_id"]: r["positions"] for r in m["requests"]}
+            assert all(now[r] >= n for r, n in before.items()), "a kill lost committed positions"
+            before = now
+            partial += landed and not m["recorded_on"]["complete"] and sum(now.values()) > 0
+            if m["recorded_on"]["complete"] and complete_at is None:
+                complete_at = runs
+            assert runs < 4 * KILLS
+        status, _, err, _ = zygote.run(argv(out), None)
+        assert status == 0, err
+        seconds = time.monotonic() - t0
+    finally:
+        zygote.close()
+    assert check_trace(out)["recorded_on"]["complete"] is True
+    _same_trace(out, tmp_path / "ref")  # the resumed trace equals the uninterrupted recording
+    assert partial >= 5, "the kills should land while recording, after some commits"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".killed.tmp-")], "a temporary was left behind"
+    print(f"{KILLS} kills of tracer record in {runs} runs, {seconds:.1f} s (one uninterrupted run: {full:.2f} s); "
+          f"{partial} left a partial trace; {sum(before.values())} of {3 * 10} positions committed before the last "
+          f"resume, complete after run {complete_at}")
+
+
+# ====================================================================================== full disk
+
+
+def _snapshot(d: Path) -> dict[str, bytes]:
+    return {f.name: f.read_bytes() for f in sorted(d.iterdir())}
+
+
+def _half_then_enospc(real):
+    """A writer that writes half of what it was given, then fails as a full disk does."""
+
+    def write(table, where, **kw):
+        import io
+
+        buf = io.BytesIO()
+        real(table, buf, **kw)
+        data = buf.getvalue()
+        Path(where).write_bytes(data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    return write
+
+
+STAGES = ["positions", "nodes", "manifest", "fsync", "rename"]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_full_disk_mid_write_leaves_the_previous_trace(tmp_path, monkeypatch, stage):
+    path = write_trace(tmp_path / "t", *hand_trace())
+    before = _snapshot(path)
+    real_write, calls = pq.write_table, []
+
+    def write_table(table, where, **kw):
+        calls.append(where)
+        if (stage == "positions" and len(calls) == 1) or (stage == "nodes" and len(calls) == 2):
+            return _half_then_enospc(real_write)(table, where, **kw)
+        return real_write(table, where, **kw)
+
+    real_text = Path.write_text
+
+    def write_text(self, data, *a, **k):
+        if stage == "manifest" and self.name == "manifest.json":
+            real_text(self, data[: len(data) // 2], *a, **k)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_text(self, data, *a, **k)
+
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        if stage == "fsync":  # delayed allocation: the disk is found full when the data is flushed
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(pq, "write_table", write_table)
+    monkeypatch.setattr(Path, "write_text", write_text)
+    monkeypatch.setattr(os, "fsync", fsync)
+    if stage == "rename":
+        def no_exchange(a, b):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(trace_io, "_exchange", no_exchange)
+    with pytest.raises(EcoSimError) as e:
+        write_trace(path, *tiny_trace(3))
+    msg = str(e.value)
+    assert "\n" not in msg and "No space left on device" in msg and "previous trace is intact" in msg
+    monkeypatch.undo()
+    assert _snapshot(path) == before  # byte for byte
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t"], "a temporary was left behind"
+    check_trace(path)
+
+
+def test_full_disk_through_the_cli_is_one_line(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "s"
+    assert ecosim_main(["synth", str(out), "--model", "olmoe-1b-7b", "--requests", "1", "--positions", "5"]) == 0
+    before = _snapshot(out)
+    monkeypatch.setattr(pq, "write_table", _half_then_enospc(pq.write_table))
+    capsys.readouterr()
+    assert ecosim_main(["synth", str(out), "--model", "olmoe-1b-7b", "--requests", "2", "--positions", "5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No space left on device" in err[0] and err[0].startswith("ecosim: error: ")
+    monkeypatch.undo()
+    assert _snapshot(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
+
+
+def test_full_disk_while_writing_sweep_results_keeps_the_previous_file(tmp_path, monkeypatch, capsys):
+    trace = write_trace(tmp_path / "a", *tiny_trace(5, positions=10))
+    args = ["sweep", str(trace), "--out", str(tmp_path / "sw"), "--jobs", "1", "--policy", "ar", "--budget", "2"]
+    assert ecosim_main(args) == 0
+    results = tmp_path / "sw" / "results.parquet"
+    before = results.read_bytes()
+
+    def write_parquet(self, where, **kw):
+        Path(where).write_bytes(b"PAR1" + b"\0" * 100)  # half a file
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", write_parquet)
+    capsys.readouterr()
+    assert ecosim_main([*args[:-2], "--budget", "2,3"]) == 2  # a bigger grid: parts must be written
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No space left on device" in err[0]
+    monkeypatch.undo()
+    assert results.read_bytes() == before
+    assert not [p for p in (tmp_path / "sw").rglob(".tmp-*")]
