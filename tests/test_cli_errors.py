@@ -197,9 +197,7 @@ ECOSIM = [
     (["predictor", "train", "T", "--kind", "token", "--out", "{D}/p.npz", "--max-size", "3"], "--max-size goes with --mass"),
     (["predictor", "train", "T", "--kind", "context", "--out", "{D}/p.npz", "--epochs", "0"], "--epochs"),
     (["predictor", "train", "N", "--kind", "token", "--out", "{D}/p.npz"], "no such file"),
-    pytest.param(["predictor", "train", "T", "--kind", "token", "--out", "{F}/p.npz"], "p.npz", marks=pytest.mark.xfail(
-        strict=True, reason="ecosim/predictors/store.py save(): tmp.unlink() in its except clause raises NotADirectoryError "
-                            "when --out's parent is a file (traceback); owned by the predictor work, reported")),
+    (["predictor", "train", "T", "--kind", "token", "--out", "{F}/p.npz"], "p.npz"),
     (["predictor", "eval", "psychic", "T"], "psychic"),
     (["predictor", "eval", "N", "T"], "no-such-path"),
     (["predictor", "eval", "F", "T"], "file.txt"),
@@ -291,7 +289,6 @@ def test_tracer_refuses_in_one_line(model_paths, capsys, args, needle):
 # validate/ is being finished elsewhere; these two are reported, not fixed here: `validate run` checks
 # the predictor name and --max-new-tokens only after it has started recording (and, for the
 # predictor, calibrating), so progress lines precede the error and the run directory is written.
-LATE = "validate run checks this value late: progress lines before the error, output written (reported)"
 
 VALIDATE = [
     (["calibrate", "--model", "M", "--out", "{D}/p.json", "--tokens", "1,a"], "--tokens"),
@@ -315,15 +312,13 @@ VALIDATE = [
     (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "greedy"], "greedy"),
     (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "confidence", "--budget", "-1"], "budget"),
     (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ecospec", "--lambda", "-1"], "lambda"),
-    pytest.param(["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ecospec", "--predictor", "psychic"],
-                 "psychic", marks=pytest.mark.xfail(strict=True, reason=LATE)),
+    (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ecospec", "--predictor", "psychic"], "psychic"),
     (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ecospec", "--score", "vibes"], "vibes"),
     (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ar", "--calib-tokens", "x"], "--calib-tokens"),
     (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ar", "--overlap", "both"], "--overlap"),
     (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ar", "--hardware", "N"], "no-such-path"),
     (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ar", "--trace", "N"], "no-such-path"),
-    pytest.param(["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ar", "--max-new-tokens", "0"],
-                 "--max-new-tokens", marks=pytest.mark.xfail(strict=True, reason=LATE)),
+    (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ar", "--max-new-tokens", "0"], "--max-new-tokens"),
     (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ar", "--repeats", "0"], "repeats"),
     (["report", "N"], "no such run directory"),
     (["report", "E"], "E"),

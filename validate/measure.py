@@ -34,6 +34,7 @@ import polars as pl
 import torch
 
 from ecosim.errors import EcoSimError
+from ecosim.predictors.train import KINDS
 from ecosim.trace.io import Trace, read_trace
 from tracer.loading import check_device, resolve
 from tracer.pair import Pair, load_pair
@@ -182,6 +183,12 @@ class RunConfig:
         missing = [p for p in self.prompts if not p.exists()]
         if missing:
             raise EcoSimError(f"--prompts {missing[0]}: no such file or directory")
+        if self.max_new_tokens < 1:
+            raise EcoSimError(f"--max-new-tokens {self.max_new_tokens}: must be at least 1")
+        for spec in self.choice.policies:
+            if spec.predictor and spec.predictor not in ("oracle", "none", *KINDS) and not Path(spec.predictor).is_file():
+                raise EcoSimError(f"unknown predictor {spec.predictor!r}: not one of oracle, none, "
+                                  f"{', '.join(KINDS)} and no such file")
         check_one_device(self.device)
         resolve(self.model)  # a missing model fails here, before anything is written
 

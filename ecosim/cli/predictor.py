@@ -1,12 +1,14 @@
-"""`ecosim predictor train` and `ecosim predictor eval`: expert predictors for `ecospec`.
+"""`ecosim predictor train | eval | compare`: expert predictors for `ecospec`.
 
-The metrics `eval` prints are defined once, in ecosim/predictors/evaluate.py.
+The metrics `eval` prints are defined once, in ecosim/predictors/evaluate.py; those of `compare`
+(best lambda, gain, the fraction of the oracle's gain kept) in ecosim/predictors/compare.py.
 """
 
 from __future__ import annotations
 
 import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +16,9 @@ import typer
 from rich.table import Table
 
 from ecosim.cli import app, fail, wide_console
+from ecosim.cli.options import BwEff, ComputeEff, CostMode, DraftTime, Overhead, cost_config
 from ecosim.predictors import BUILTIN, KINDS, ExpertPredictor, ScoringPredictor, Selection, get_predictor
+from ecosim.predictors.compare import group_label, markdown_table, pricing_label, summary_tables
 from ecosim.predictors.evaluate import Tally, evaluate
 from ecosim.predictors.view import draft_view, fingerprint, request_ids, request_mask
 from ecosim.trace.io import Trace, find_traces, read_trace
@@ -181,4 +185,71 @@ def _print_table(out: dict[str, Any]) -> None:
     console.print("[dim]marginal = experts a candidate adds to its ancestors' set, summed over MoE layers "
                   "(predicted: against the predicted buffer); definitions in ecosim/predictors/evaluate.py[/dim]")
     if any(r["synthetic"] for r in out["traces"]):
+        console.print("[yellow]synthetic traces are generated, not measured: their figures illustrate the model only[/yellow]")
+
+
+@predictor_app.command("compare")
+def compare_cmd(
+    traces: TraceArgs,
+    predictor: Annotated[str, typer.Option("--predictor", help="Comma list of predictors: kinds by name (k-fold by request), oracle, none, or files (in-sample on the requests they were trained on; they warn).")] = "freq,token,context,oracle",
+    budget: Annotated[int, typer.Option(min=0, help="Nodes a step may verify besides the root, for confidence and ecospec alike.")] = 16,
+    lam: Annotated[str, typer.Option("--lambda", help="ecospec's lambda grid: comma list and/or ranges start:stop:step; include 0 (= confidence). Fine near 0, where the tiny model's best lambdas lie.")] = "0:0.3:0.025,0.4:2:0.2",
+    score: Annotated[str, typer.Option(help="ecospec's score: difference or ratio.")] = "difference",
+    hardware: Annotated[str, typer.Option(help="Comma list of catalogue devices or profile .json files.")] = "h200",
+    bw: Annotated[str | None, typer.Option("--bw", help="Comma list of HBM bandwidths overriding the device's, e.g. 1TB/s,4.8TB/s.")] = None,
+    placement: Annotated[str, typer.Option(help="Comma list of placements (hbm, ep:N, offload:CAP); offload makes expert reads cost.")] = "hbm,offload:8",
+    folds: Annotated[int, typer.Option(min=2, help="Folds of requests for kinds by name (each request predicted by the others' model).")] = 4,
+    recall_only: Annotated[list[Path] | None, typer.Option(help="Traces scored for recall only, not replayed (e.g. a large synthetic shape); repeatable.")] = None,
+    cost: CostMode = "full",
+    bw_efficiency: BwEff = 0.8,
+    compute_efficiency: ComputeEff = 0.5,
+    step_overhead: Overhead = "30us",
+    draft_time: DraftTime = None,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the tables as Markdown (what the README's predictor section holds).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (with per-layer recall and each lambda's totals).")] = False,
+) -> None:
+    """Each predictor's recall@k, and ecospec at its best lambda against confidence at the same budget.
+
+    Reports experts and tokens per step, time per token, and the fraction of the oracle predictor's
+    gain (confidence's time per token minus ecospec's) each predictor keeps, per group of traces
+    (same shape, real or synthetic) and pricing. Definitions: ecosim/predictors/compare.py.
+    """
+    from ecosim.predictors.compare import compare, to_dict
+    from ecosim.sweep import grid as g
+
+    if markdown and as_json:
+        fail("--markdown and --json are alternatives")
+    if score not in g.SCORES:
+        fail(f"--score must be one of {', '.join(g.SCORES)}, got {score!r}")
+    names = g.parse_predictors(predictor)
+    lambdas = g.parse_lambdas(lam)
+    settings = g.Settings(cost=cost_config(cost, bw_efficiency, compute_efficiency, step_overhead, draft_time))
+    pricings = [g.Pricing(h, b, p) for h in g.parse_hardware(hardware) for b in g.parse_bandwidths(bw)
+                for p in g.parse_placements(placement)]
+    main, extra = _read(traces), _read(recall_only or [])
+    say = (lambda m: print(m, file=sys.stderr)) if sys.stderr.isatty() else None
+    groups = compare(main, names, budget, lambdas, pricings, settings, score, folds, progress=say)
+    if extra:
+        groups += compare(extra, names, budget, lambdas, [], settings, score, folds, replay=False, progress=say)
+    doc = to_dict(groups, budget, lambdas, score, folds)
+    if as_json:
+        print(json.dumps(doc, indent=1))
+        return
+    tables = summary_tables(doc)
+    if markdown:
+        print("\n\n".join(markdown_table(*t) for t in tables))
+        return
+    console = wide_console()
+    for title, head, rows in tables:
+        t = Table(title=title, title_justify="left")
+        for i, h in enumerate(head):
+            t.add_column(h, justify="left" if i < 2 and not h.startswith("recall") else "right")
+        for r in rows:
+            t.add_row(*r)
+        console.print(t)
+    for grp in doc["groups"]:
+        for p in grp["pricings"]:
+            if p["note"]:
+                console.print(f"[yellow]{group_label(grp)}, {pricing_label(p)}: {p['note']}[/yellow]")
+    if any(grp["synthetic"] for grp in doc["groups"]):
         console.print("[yellow]synthetic traces are generated, not measured: their figures illustrate the model only[/yellow]")

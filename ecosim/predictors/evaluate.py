@@ -145,13 +145,19 @@ class Tally:
 
 def evaluate(pred: ExpertPredictor, trace: Trace, mask: np.ndarray) -> Tally:
     """Score `pred` on the rows of `mask` (whole requests) of `trace`."""
+    return evaluate_with(pred, trace, mask)[0]
+
+
+def evaluate_with(pred: ExpertPredictor, trace: Trace, mask: np.ndarray) -> tuple[Tally, np.ndarray | None]:
+    """`evaluate`, also returning the predictions (rows outside `mask` undefined; None when the mask
+    is empty), so a caller that replays them next does not predict twice."""
     m = trace.model
     L, E = m.num_moe_layers, m.num_experts
     view = draft_view(trace)
     tally = Tally(L, m.top_k)
     mask = view.whole_trees(mask)
     if not mask.any():
-        return tally
+        return tally, None
     tally.prepare_seconds = pred.prepare(trace)
     t0, c0 = time.perf_counter(), time.process_time()
     predicted = pred.predict(trace, only=mask)
@@ -160,7 +166,7 @@ def evaluate(pred: ExpertPredictor, trace: Trace, mask: np.ndarray) -> Tally:
     for r in np.unique(view.request[mask]):
         rows = np.flatnonzero(mask & (view.request == r))
         _tally_rows(tally, view, rows, bitsets.pack(true[rows], E), bitsets.pack(predicted[rows], E))
-    return tally
+    return tally, predicted
 
 
 def _tally_rows(tally: Tally, view: Any, rows: np.ndarray, tb: np.ndarray, pb: np.ndarray) -> None:

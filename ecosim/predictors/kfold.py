@@ -55,6 +55,7 @@ class KFoldPredictor(ExpertPredictor):
                 train_rows = request_mask(trace, [r for r, g in fold_of.items() if g != f])
                 self._models[f] = fit(self.kind, shape, TrainingRows.gather([(trace, train_rows)]), self.selection,
                                       seed=self.seed, **self.options)
+                self._models[f].prepare(trace)  # e.g. the token table's per-token sets: one-time work, not per candidate
             self._trace, self._fold_of = fp, fold_of
         return self._fold_of, self._models
 

@@ -58,7 +58,10 @@ def save(path: str | Path, pred: ScoringPredictor, training: dict[str, Any]) -> 
             np.savez_compressed(f, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
         os.replace(tmp, dest)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # the parent is not a directory: nothing was written
+            pass
         raise EcoSimError(f"{dest}: could not write the predictor ({e.strerror or e})") from None
     pred.training = training
     pred.source = str(dest)
