@@ -18,25 +18,34 @@ def disk_bytes(trace: Trace) -> int:
     return sum(f.stat().st_size for f in trace.path.iterdir() if f.is_file())
 
 
+def _usage(e: np.ndarray, num_layers: int, num_experts: int) -> tuple[float, list[float], int]:
+    counts = np.zeros((num_layers, num_experts), dtype=np.int64)
+    for layer in range(num_layers):
+        counts[layer] = np.bincount(e[:, layer].ravel(), minlength=num_experts)
+    fair = counts.sum(axis=1, keepdims=True) / num_experts
+    share = counts / np.maximum(fair, 1e-12)
+    top = float(share.max()) if counts.size else 0.0
+    return top, [round(float(x), 3) for x in share.max(axis=1)], int((counts == 0).sum())
+
+
 def expert_usage(trace: Trace) -> dict[str, Any]:
-    """Routed-slot share of each expert over the target's own continuation (the roots), per layer.
+    """Routed-slot share of each expert, per layer: over the target's own continuation (the roots,
+    what decoding routes) and over every recorded node (what verifying the whole trees routes).
 
     `max_over_fair` is the largest share over 1/num_experts (1.0 = perfectly balanced);
     `dead` counts experts of any layer that no root token was routed to.
     """
-    roots = trace.nodes["node"] == 0
-    e = trace.experts_3d()[roots]
     m = trace.model
-    counts = np.zeros((m.num_moe_layers, m.num_experts), dtype=np.int64)
-    for layer in range(m.num_moe_layers):
-        counts[layer] = np.bincount(e[:, layer].ravel(), minlength=m.num_experts)
-    fair = counts.sum(axis=1, keepdims=True) / m.num_experts
-    share = counts / np.maximum(fair, 1e-12)
+    experts = trace.experts_3d()
+    roots = trace.nodes["node"] == 0
+    top, per_layer, dead = _usage(experts[roots], m.num_moe_layers, m.num_experts)
+    top_all, _, dead_all = _usage(experts, m.num_moe_layers, m.num_experts)
     return {
         "tokens": int(roots.sum()),
-        "max_over_fair": float(share.max()) if counts.size else 0.0,
-        "max_over_fair_per_layer": [round(float(x), 3) for x in share.max(axis=1)],
-        "dead": int((counts == 0).sum()),
+        "max_over_fair": top,
+        "max_over_fair_per_layer": per_layer,
+        "dead": dead,
+        "all_nodes": {"nodes": int(len(experts)), "max_over_fair": top_all, "dead": dead_all},
     }
 
 

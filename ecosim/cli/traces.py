@@ -44,7 +44,7 @@ def inspect(
     t = Table(title="traces", title_justify="left")
     for col in ("trace", "data", "model (layers x experts, top-k)", "requests by task", "positions",
                 "nodes/tree", "full-tree tok/step", f"confidence b={BUDGET} tok/step by task",
-                "expert max/fair, dead", "disk"):
+                "expert max/fair, dead (continuation | all nodes)", "disk"):
         t.add_column(col)
     for r in rows:
         usage = r["expert_usage"]
@@ -55,7 +55,9 @@ def inspect(
             ", ".join(f"{k} {v}" for k, v in r["requests_by_task"].items()),
             str(r["positions"]), f"{r['nodes_per_tree_mean']:.1f} (max {r['nodes_per_tree_max']})",
             f"{r['full_tree_tokens_per_step']:.2f}", by_task,
-            f"{usage['max_over_fair']:.2f}, {usage['dead']}", f"{r['disk_bytes'] / 1e6:.2f} MB",
+            f"{usage['max_over_fair']:.2f}, {usage['dead']} | {usage['all_nodes']['max_over_fair']:.2f}, "
+            f"{usage['all_nodes']['dead']}",
+            f"{r['disk_bytes'] / 1e6:.2f} MB",
         )
     wide_console().print(t)
 
