@@ -85,16 +85,35 @@ def select_confidence(trees: Trees, budget: int, rank: np.ndarray | None = None)
 def confidence_rank(trees: Trees) -> np.ndarray:
     """Each non-root's rank within its tree by (-cum_logprob, node); roots get n_rows (never chosen).
 
-    Two stable sorts: by -cum_logprob (rows of a tree are in node order, so ties stay in node order),
-    then by tree (a radix sort when tree ids fit in 16 bits).
+    Trees of similar size (the usual case) are laid out as a (trees x max nodes) table and sorted
+    along each row: one stable sort of short rows, node order keeping ties. Otherwise two stable
+    sorts over all rows (`rank_by_sorts`).
     """
+    n_max = int(trees.n_nodes.max(initial=0))
+    if trees.n_trees * n_max > 2 * trees.n_rows + 1024:
+        return rank_by_sorts(trees)
+    rank = np.full(trees.n_rows, trees.n_rows, dtype=np.int64)
+    valid = np.arange(n_max)[None, :] < trees.n_nodes[:, None]
+    rows = np.where(valid, trees.start[:, None] + np.arange(n_max)[None, :], 0)
+    ranked = valid & (trees.depth[rows] > 0)
+    key = np.where(ranked, -trees.cum_logprob[rows], np.nan)  # NaN (roots, padding) sorts last
+    order = np.argsort(key, axis=1, kind="stable")
+    pos = np.empty_like(order)
+    np.put_along_axis(pos, order, np.arange(n_max)[None, :], axis=1)
+    rank[rows[ranked]] = pos[ranked]
+    return rank
+
+
+def rank_by_sorts(trees: Trees) -> np.ndarray:
+    """`confidence_rank` by two stable sorts: by -cum_logprob (rows of a tree are in node order, so
+    ties stay in node order), then by tree (a radix sort when tree ids fit in 16 bits)."""
+    rank = np.full(trees.n_rows, trees.n_rows, dtype=np.int64)
     nonroot = np.flatnonzero(trees.depth > 0)
     order = nonroot[np.argsort(-trees.cum_logprob[nonroot], kind="stable")]
     tree = trees.tree_of_row[order]
     order = order[np.argsort(tree.astype(np.uint16) if trees.n_trees <= 1 << 16 else tree, kind="stable")]
     tree_sorted = trees.tree_of_row[order]
     first = np.searchsorted(tree_sorted, np.arange(trees.n_trees))
-    rank = np.full(trees.n_rows, trees.n_rows, dtype=np.int64)
     rank[order] = np.arange(len(order)) - first[tree_sorted]
     return rank
 
@@ -106,27 +125,50 @@ def select_ecospec(
     """Greedy cost-aware growth from the root, vectorised over trees (see the module docstring).
 
     `predicted` is (rows, layers, m) int16 predicted expert ids per node (-1 pads); `offsets` is
-    `ecospec_offsets(predicted, num_experts)` when the caller has it cached.
+    `ecospec_offsets(predicted, num_experts)` when the caller has it cached. The selection is the
+    root plus the nodes `ecospec_order` picks in its first `budget` steps.
+    """
+    return (trees.depth == 0) | (ecospec_order(trees, budget, lam, predicted, num_experts, top_k, score, offsets) < budget)
+
+
+def ecospec_order(
+    trees: Trees, budget: int, lam: float, predicted: np.ndarray, num_experts: int, top_k: int,
+    score: Score = "difference", offsets: np.ndarray | None = None,
+) -> np.ndarray:
+    """The step (0, 1, ...) at which ecospec's greedy growth picks each row within `budget` steps;
+    `budget` for the rows it does not pick, and -1 for roots.
+
+    The growth never looks at the budget: the budget only ends it. So the picks of the first b
+    steps are the selection at every budget b <= `budget`, and one run at the largest budget of a
+    sweep serves all of its budgets.
 
     Each step picks, per tree, the frontier node of best score (ties: higher cum_logprob, then
     lower node id) and adds its predicted experts to the tree's buffer, a (layers x experts) byte
     table. Exact but lazy: a node's score only rises as the buffer grows (its new experts only
-    shrink) and never exceeds its value, so a score computed at an earlier step is a lower bound
-    and the value an upper bound; a step re-scores only the frontier nodes whose value reaches the
-    best lower bound, since no other can win.
+    shrink), so a score computed at an earlier step is a lower bound. It is also bounded above: the
+    buffer has grown by g experts since, so the node's new experts fell by at most g, and its score
+    is at most what it would be with `max(new - g, 0)` new experts (at most its value). A step
+    re-scores the node of highest upper bound, then only the frontier nodes whose upper bound
+    reaches the best score known, since no other can win or tie.
     """
-    selected = trees.depth == 0
+    order = np.where(trees.depth == 0, -1, budget).astype(np.int32)
     if budget == 0:
-        return selected
+        return order
     if offsets is None:
         offsets = ecospec_offsets(predicted, num_experts)
     layers = predicted.shape[1]
     norm = float(layers * top_k)
+
+    def scored(v: np.ndarray, count: np.ndarray) -> np.ndarray:
+        new = count / norm
+        return v - lam * new if score == "difference" else v / (1.0 + lam * new)
+
     value_all = np.exp(trees.cum_logprob)
     n_max = int(trees.n_nodes.max(initial=1))
     parent_local = trees.trace.nodes["parent"].astype(np.int64)
     span = layers * (num_experts + 1)  # one tree's buffer; byte 0 is always set (pads point there)
-    chunk = max(8, (4 << 20) // span)  # ~4 MB of buffers at a time (stays in cache)
+    chunk = max(8, (1 << 20) // span)  # ~1 MB of buffers at a time (stays in L2 with its indices)
+    width = offsets.shape[1]
     for a in range(0, trees.n_trees, chunk):
         t = np.arange(a, min(a + chunk, trees.n_trees))
         n = trees.n_nodes[t]
@@ -138,23 +180,47 @@ def select_ecospec(
         base = np.arange(len(t), dtype=np.int64) * span
         buffer = np.zeros(len(t) * span, dtype=bool)
         buffer[base] = True
+        root = buffer[base[:, None] + offsets[rows[:, 0]]]
+        size = width - np.count_nonzero(root, axis=1)  # experts in each tree's buffer
         buffer[base[:, None] + offsets[rows[:, 0]]] = True
         lower = np.full(valid.shape, -np.inf)  # score when last computed: a lower bound on it now
-        chosen = np.zeros(valid.shape, dtype=bool)
-        chosen[:, 0] = True
+        upper = value.copy()  # an upper bound on the score now
+        seen_new = np.zeros(valid.shape, dtype=np.int64)  # new experts when last scored
+        seen_size = np.zeros(valid.shape, dtype=np.int64)  # the buffer's size then
+        was_scored = np.zeros(valid.shape, dtype=bool)
         frontier = valid & (parent == 0)
         active = np.ones(len(t), dtype=bool)
-        ix = np.arange(len(t))
-        for _ in range(budget):
+
+        def rescore(ti: np.ndarray, xi: np.ndarray) -> None:  # exact scores of these nodes now
+            hit = buffer[base[ti, None] + offsets[rows[ti, xi]]]
+            count = hit.shape[1] - np.count_nonzero(hit, axis=1)
+            lower[ti, xi] = scored(value[ti, xi], count)
+            seen_new[ti, xi] = count
+            seen_size[ti, xi] = size[ti]
+            was_scored[ti, xi] = True
+
+        for step in range(budget):
+            if np.count_nonzero(active) * 2 < len(active):  # most trees have stopped: keep the others
+                keep = np.flatnonzero(active)
+                valid, rows, value, cum, parent, base = valid[keep], rows[keep], value[keep], cum[keep], parent[keep], base[keep]
+                size, lower, upper, seen_new, seen_size = size[keep], lower[keep], upper[keep], seen_new[keep], seen_size[keep]
+                was_scored, frontier, active = was_scored[keep], frontier[keep], active[keep]
+            ix = np.arange(len(active))
             live = frontier & active[:, None]
             if not live.any():
                 break
+            ui, uj = np.nonzero(live & was_scored)
+            grown = size[ui] - seen_size[ui, uj]
+            upper[ui, uj] = scored(value[ui, uj], np.maximum(seen_new[ui, uj] - grown, 0))
+            # the most promising node of each tree first (as lazy greedy does), then every node
+            # whose upper bound still reaches the best score known
+            has = ix[live.any(axis=1)]
+            top = np.argmax(np.where(live[has], upper[has], -np.inf), axis=1)
+            rescore(has, top)
+            stale = live.copy()
+            stale[has, top] = False
             floor = np.where(live, lower, -np.inf).max(axis=1)
-            ti, xi = np.nonzero(live & (value >= floor[:, None]))
-            hit = buffer[base[ti, None] + offsets[rows[ti, xi]]]
-            new = (hit.shape[1] - np.count_nonzero(hit, axis=1)) / norm
-            v = value[ti, xi]
-            lower[ti, xi] = v - lam * new if score == "difference" else v / (1.0 + lam * new)
+            rescore(*np.nonzero(stale & (upper >= floor[:, None])))
             s = np.where(live, lower, -np.inf)  # exact wherever it can be the best
             best = s.max(axis=1)
             tie = live & (s == best[:, None])
@@ -163,24 +229,36 @@ def select_ecospec(
             pick = np.argmax(tie, axis=1)  # first True: the lowest node id among exact ties
             go = live.any(axis=1) & (best >= 0 if score == "difference" else True)
             active &= go
-            g = ix[go]
-            chosen[g, pick[go]] = True
-            frontier[g, pick[go]] = False
-            buffer[base[g, None] + offsets[rows[g, pick[go]]]] = True
-            frontier[g] |= (parent[g] == pick[go][:, None]) & valid[g]
-        selected[rows[chosen]] = True
-    return selected
+            g, x = ix[go], pick[go]
+            order[rows[g, x]] = step
+            frontier[g, x] = False
+            size[g] += seen_new[g, x]  # the winner was scored this step: its count is exact
+            buffer[base[g, None] + offsets[rows[g, x]]] = True
+            frontier[g] |= (parent[g] == x[:, None]) & valid[g]
+    return order
 
 
-def ecospec_offsets(predicted: np.ndarray, num_experts: int, chunk: int = 1 << 12) -> np.ndarray:
+def ecospec_offsets(predicted: np.ndarray, num_experts: int, chunk: int = 1 << 12, distinct: bool = False) -> np.ndarray:
     """(rows, layers * m) offsets into a tree's (layers x (experts + 1)) buffer of each predicted
     expert, `layer * (experts + 1) + id + 1`; 0 (the always-set byte) for pads and for repeats of an
     id within a layer, so counting the unset bytes a node points at counts its distinct new experts.
+
+    `distinct=True` says the caller knows no id repeats within a (row, layer) (a validated trace's
+    true routing: the reader rejects repeats), which skips the slot-by-slot comparison.
     """
     rows, layers, m = predicted.shape
     span = layers * (num_experts + 1)
     dtype = np.int16 if span <= np.iinfo(np.int16).max else np.int32
     out = np.empty((rows, layers, m), dtype=dtype)
+    if distinct:
+        flat = predicted.reshape(rows, layers * m)
+        lane_flat = np.repeat(np.arange(layers, dtype=dtype) * (num_experts + 1) + 1, m)[None, :]
+        for a in range(0, rows, chunk):
+            ids = flat[a : a + chunk]
+            off = out.reshape(rows, layers * m)[a : a + chunk]
+            np.add(ids, lane_flat, out=off, dtype=dtype, casting="unsafe")
+            np.multiply(off, ids >= 0, out=off, casting="unsafe")
+        return out.reshape(rows, layers * m)
     lane = (np.arange(layers, dtype=dtype) * (num_experts + 1) + 1)[None, :]
     for a in range(0, rows, chunk):
         slots = [np.ascontiguousarray(predicted[a : a + chunk, :, s]) for s in range(m)]

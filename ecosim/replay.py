@@ -7,12 +7,16 @@ A replay in four moves, following TRACE_FORMAT.md's loop:
    into each step's union (per device under ep:N);
 4. price the steps with the cost model (the offload cache is walked in step order).
 Selections, walks and unions are cached per policy, so a sweep over bandwidths or devices
-re-prices without re-selecting.
+re-prices without re-selecting. Policies whose selections come out identical (ecospec at
+different lambdas or budgets often does) share one walk, one set of unions and one cache walk,
+and a priced row is kept per (selection, cost model): nothing about a row depends on the knobs
+that produced the selection, only on the selection itself.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -21,8 +25,9 @@ from ecosim.cache import ExpertCache
 from ecosim.cost import CostModel
 from ecosim.metrics import Row
 from ecosim.oracle import shortest_path
-from ecosim.policies import PolicySpec, confidence_rank, ecospec_offsets, select_ar, select_confidence, select_ecospec
+from ecosim.policies import PolicySpec, confidence_rank, ecospec_offsets, ecospec_order, select_ar, select_confidence
 from ecosim.predictors import ExpertPredictor, get_predictor
+from ecosim.predictors.base import OraclePredictor
 from ecosim.trace.io import Trace
 from ecosim.tree import Trees
 
@@ -78,6 +83,11 @@ class TraceReplay:
     _chain: tuple[np.ndarray, np.ndarray] | None = None
     _rank: np.ndarray | None = None
     _misses: dict[tuple[int, int, str], tuple[Steps, np.ndarray]] = field(default_factory=dict)
+    _digests: dict[PolicySpec, bytes] = field(default_factory=dict)  # selection fingerprints
+    _masks: dict[PolicySpec, np.ndarray] = field(default_factory=dict)  # selections fingerprinted, not yet walked
+    _shared: dict[tuple[bytes, bool], Steps] = field(default_factory=dict)  # steps by selection
+    _rows: dict[tuple[bytes, bool, tuple], Row] = field(default_factory=dict)  # priced rows by selection
+    _orders: dict[tuple[float, str, str], tuple[int, np.ndarray]] = field(default_factory=dict)  # ecospec pick orders
 
     @property
     def trees(self) -> Trees:
@@ -94,7 +104,9 @@ class TraceReplay:
     def offsets(self, name: str) -> np.ndarray:
         """ecospec's buffer offsets of a predictor's experts (cached: no budget or lambda in them)."""
         if name not in self._offsets:
-            self._offsets[name] = ecospec_offsets(self.predicted(name), self.trace.model.num_experts)
+            # the true routing of a trace read with its checks has no repeated ids in a layer
+            distinct = isinstance(self.predictors.get(name) or get_predictor(name), OraclePredictor)
+            self._offsets[name] = ecospec_offsets(self.predicted(name), self.trace.model.num_experts, distinct=distinct)
         return self._offsets[name]
 
     def confidence_rank(self) -> np.ndarray:
@@ -110,23 +122,55 @@ class TraceReplay:
         if spec.name == "confidence":
             return select_confidence(t, spec.budget, rank=self.confidence_rank())
         if spec.name == "ecospec":
-            m = self.trace.model
-            return select_ecospec(t, spec.budget, spec.lam, self.predicted(spec.predictor), m.num_experts, m.top_k, spec.score,
-                                  offsets=self.offsets(spec.predictor) if spec.budget else None)
+            return (t.depth == 0) | (self.ecospec_order(spec) < spec.budget)
         raise ValueError(f"{spec.name} is not a selection policy")
 
+    def ecospec_order(self, spec: PolicySpec) -> np.ndarray:
+        """ecospec's pick order for spec's lambda, predictor and score, grown to at least its budget
+        (cached: a run at budget B serves every budget <= B; see policies.ecospec_order)."""
+        key = (spec.lam, spec.predictor, spec.score)
+        if key not in self._orders or self._orders[key][0] < spec.budget:
+            m = self.trace.model
+            order = ecospec_order(self.trees, spec.budget, spec.lam, self.predicted(spec.predictor), m.num_experts, m.top_k,
+                                  spec.score, offsets=self.offsets(spec.predictor) if spec.budget else None)
+            self._orders[key] = (spec.budget, order)
+        return self._orders[key][1]
+
     def steps(self, spec: PolicySpec) -> Steps:
-        """Walk and unions of a selection policy (cached; independent of the cost model)."""
+        """Walk and unions of a selection policy (cached; independent of the cost model). Specs
+        whose selections are identical share one Steps object (and so its cache walks)."""
         key = self._key(spec)
         if key not in self._steps:
             t = self.trees
-            selected = self.selection(spec)
-            accept = t.selected_accept_len(selected)
-            visited = walk(t, accept)
-            self._steps[key] = self._make_steps(visited, accept[visited], t.selected_count(selected)[visited],
-                                                union_bits(self.trace, t, selected, visited),
-                                                np.full(len(visited), spec.speculative))
+            selected = self._masks.pop(key, None)
+            if selected is None:
+                selected = self.selection(spec)
+            shared = (self._digests.setdefault(key, _digest(selected)), spec.speculative)
+            if shared not in self._shared:
+                accept = t.selected_accept_len(selected)
+                visited = walk(t, accept)
+                self._shared[shared] = self._make_steps(visited, accept[visited], t.selected_count(selected)[visited],
+                                                        union_bits(self.trace, t, selected, visited),
+                                                        np.full(len(visited), spec.speculative))
+            self._steps[key] = self._shared[shared]
         return self._steps[key]
+
+    def digest(self, spec: PolicySpec) -> bytes:
+        """A fingerprint of the policy's selection at every position (selecting it if need be; the
+        mask is kept for `steps` until it is used)."""
+        key = self._key(spec)
+        if key not in self._digests:
+            selected = self.selection(spec)
+            self._digests[key] = _digest(selected)
+            if key not in self._steps:
+                self._masks[key] = selected
+        return self._digests[key]
+
+    def forget(self) -> None:
+        """Drop what is kept per selection (steps, cache walks, priced rows); keep what is kept per
+        trace (trees, predictions and offsets, confidence ranks, chain unions)."""
+        for kept in (self._steps, self._misses, self._digests, self._masks, self._shared, self._rows, self._orders):
+            kept.clear()
 
     def unions_everywhere(self, spec: PolicySpec) -> np.ndarray:
         """(positions, layers) union sizes of the policy's selection at *every* position (not only
@@ -215,16 +259,29 @@ class TraceReplay:
         if key in self._misses and self._misses[key][0] is steps:
             return self._misses[key][1]
         m = self.trace.model
-        cache = ExpertCache(m.num_moe_layers, m.num_experts, p.capacity, p.eviction)
-        misses = np.stack([cache.access(b) for b in steps.bits]) if len(steps) else np.zeros((0, m.num_moe_layers))
+        misses = ExpertCache(m.num_moe_layers, m.num_experts, p.capacity, p.eviction).walk(steps.bits)
         if any(steps is s for s in self._steps.values()):
             self._misses[key] = (steps, misses)
         return misses
 
     def run(self, spec: PolicySpec, cost: CostModel) -> Row:
         """One policy's totals over this trace."""
-        steps = self.oracle_steps(cost) if spec.name == "oracle" else self.steps(spec)
-        return summarize(self, steps, cost, cache=spec.name != "oracle")
+        if spec.name == "oracle":
+            return summarize(self, self.oracle_steps(cost), cost, cache=False)
+        key = (self.digest(spec), spec.speculative, _cost_key(cost))
+        if key not in self._rows:
+            self._rows[key] = summarize(self, self.steps(spec), cost)
+        self._masks.pop(self._key(spec), None)
+        return replace(self._rows[key])  # a copy: callers fill in its ratios
+
+
+def _digest(selected: np.ndarray) -> bytes:
+    return hashlib.blake2b(np.packbits(selected).tobytes(), digest_size=16).digest()
+
+
+def _cost_key(cost: CostModel) -> tuple:
+    """Everything a priced row depends on besides the steps (all frozen, hashable values)."""
+    return (cost.model, cost.device, cost.placement, cost.config, cost.tree_depth, cost.draft_bytes)
 
 
 def summarize(replay: TraceReplay, steps: Steps, cost: CostModel, cache: bool = True, requests: int | None = None) -> Row:

@@ -14,6 +14,7 @@ from ecosim.errors import EcoSimError
 from ecosim.sweep.executors import run_tasks
 from ecosim.sweep.grid import Config, Grid, TraceRef, group_tasks
 from ecosim.sweep.results import SweepDir, atomic_write_text, config_record, trace_fingerprint
+from ecosim.sweep.tasks import batch_tasks
 from ecosim.sweep.winner import choose, versions
 from ecosim.trace.checks import check_manifest
 from ecosim.trace.io import find_traces
@@ -26,7 +27,7 @@ WINNER = "winner.json"
 class Outcome:
     dir: Path
     configs: list[Config]
-    tasks: int
+    tasks: int  # units of work run (a task, or a batch of ecospec tasks sharing one greedy run)
     computed: int  # configurations run now
     skipped: int  # configurations found done in parts/
     results: pl.DataFrame
@@ -83,7 +84,7 @@ def run_sweep(
     d.write_meta(meta)
     done = d.done()
     todo = [c for c in configs if c.id not in done]
-    tasks = group_tasks(todo, grid.settings)
+    tasks = batch_tasks(group_tasks(todo, grid.settings))
     if on_plan:
         on_plan(len(configs), len(configs) - len(todo))
     by_id = {c.id: c for c in todo}

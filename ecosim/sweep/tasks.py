@@ -1,15 +1,26 @@
-"""What a worker runs: one selection on one trace, priced under every variant of its task.
+"""What a worker runs: one selection on one trace, priced under every variant of its task; or a
+batch of such tasks that share work.
 
 The same function runs in the driver (`--jobs 1`), in a process-pool worker and in a Ray worker.
 A worker keeps the last few traces it read (with their trees and predictions), so consecutive
 tasks on one trace read it once; the steps of a selection are dropped when its task ends.
+
+What is shared, and where:
+- a selection's walk, unions and offload cache walk serve every pricing of its task (bandwidth,
+  device and placement never change which steps are taken, and the cache's misses depend on the
+  steps and the capacity alone);
+- ecospec at one lambda, predictor and score on one trace is one `Batch` over its budgets: the
+  greedy growth runs once, at the largest budget, and every smaller budget is a prefix of it;
+- a worker keeps the rows it priced by selection fingerprint, so a selection another task already
+  made (ecospec at a lambda large enough to keep only a few nodes, the same at every budget) is
+  priced once per worker.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ecosim.placement import parse_placement
@@ -34,20 +45,62 @@ def _replay(ref: TraceRef) -> TraceReplay:
     return r
 
 
-def run_task(task: Task) -> list[tuple[str, dict[str, Any]]]:
-    """(config id, raw Row fields) per pricing of the task; ratios are filled in by the driver."""
-    base = _replay(task.trace)
-    # A task-local view: shares the trace, trees, predictions and their offsets, the confidence
-    # ranks, the oracle's chain unions; not the selection's steps or cache misses (dropped with it).
+@dataclass
+class Batch:
+    """Tasks one worker runs together, in order, on one view of their trace (see the module docstring)."""
+
+    tasks: list[Task]
+
+    @property
+    def trace(self) -> TraceRef:
+        return self.tasks[0].trace
+
+    @property
+    def weight(self) -> float:
+        return sum(t.weight for t in self.tasks)
+
+
+def batch_tasks(tasks: list[Task]) -> list[Task | Batch]:
+    """ecospec tasks differing only in budget become one Batch (largest budget first); heavy work
+    first, in the order of the traces."""
+    out: list[Task | Batch] = []
+    batches: dict[tuple, Batch] = {}
+    for t in tasks:
+        s = t.selection
+        if s.policy != "ecospec":
+            out.append(t)
+            continue
+        key = (t.trace, s.lam, s.predictor, s.score)
+        if key not in batches:
+            batches[key] = Batch([])
+            out.append(batches[key])
+        batches[key].tasks.append(t)
+    for b in batches.values():
+        b.tasks.sort(key=lambda t: -(t.selection.budget or 0))
+    order = {ref: i for i, ref in enumerate(dict.fromkeys(w.trace for w in out))}
+    return sorted(out, key=lambda w: (order[w.trace], -w.weight))
+
+
+def run_task(task: Task | Batch) -> list[tuple[str, dict[str, Any]]]:
+    """(config id, raw Row fields) per pricing of the task (of each task of a batch, in order);
+    ratios are filled in by the driver."""
+    tasks = task.tasks if isinstance(task, Batch) else [task]
+    base = _replay(tasks[0].trace)
+    # A view for this work: shares the trace, trees, predictions and their offsets, the confidence
+    # ranks, the oracle's chain unions, and the rows priced so far by selection fingerprint; the
+    # ecospec pick orders live as long as the batch, the steps and cache misses as long as a task.
     base.trees  # built once, before the view copies the reference
-    if task.selection.policy == "oracle":
+    if any(t.selection.policy == "oracle" for t in tasks):
         base.chain_unions()
-    if task.selection.policy == "confidence":
+    if any(t.selection.policy == "confidence" for t in tasks):
         base.confidence_rank()
-    r = dataclasses.replace(base, _steps={}, _misses={})
-    spec = task.selection.spec()
+    r = dataclasses.replace(base, _steps={}, _misses={}, _digests={}, _masks={}, _shared={}, _orders={})
     out = []
-    for cid, p in task.pricings:
-        cost = cost_model(r.trace, task.settings.device(p), parse_placement(p.placement), task.settings.cost)
-        out.append((cid, asdict(r.run(spec, cost))))
+    for t in tasks:
+        spec = t.selection.spec()
+        for cid, p in t.pricings:
+            cost = cost_model(r.trace, t.settings.device(p), parse_placement(p.placement), t.settings.cost)
+            out.append((cid, asdict(r.run(spec, cost))))
+        for kept in (r._steps, r._misses, r._digests, r._masks, r._shared):
+            kept.clear()
     return out
