@@ -1,52 +1,48 @@
 """The simpy engine against the fast engine on the same no-contention case, and the ratio.
 
-    python bench/engines.py [--model qwen3-30b-a3b] [--positions 400]
-
-One synthetic trace (labelled synthetic), one request at a time, `hbm`: the case where the two
-engines must agree to 1e-9 (checked here again). Reports the wall seconds of each and how many
-times slower the event engine is. Not a test: the timings depend on the machine.
+One synthetic Qwen3-30B-A3B trace (2 requests, 32-candidate trees), one request at a time, h200
+`hbm`: the case where the two engines must agree to 1e-9 (checked here again; `agree_rel_diff`).
+Both engines share the cached selection and walk, so only the engines are timed: the fast engine's
+pricing against the event engine's per-step, per-layer events. `des_over_fast` is how many times
+slower the event engine is, summed over ar, confidence (budget 16) and ecospec (budget 16, lambda
+0.5, oracle predictor).
 """
 
 from __future__ import annotations
 
-import argparse
-import tempfile
 import time
 from pathlib import Path
 
-from ecosim.catalog import get_device, get_model
+from bench.common import Report, synthetic
+from ecosim.catalog import get_device
 from ecosim.cost import CostConfig
 from ecosim.des import des_run
 from ecosim.placement import Placement
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
-from ecosim.synth import SynthConfig, write_synthetic
 from ecosim.trace.io import read_trace
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="qwen3-30b-a3b")
-    ap.add_argument("--positions", type=int, default=400)
-    args = ap.parse_args()
-    path = write_synthetic(Path(tempfile.mkdtemp()) / "t", get_model(args.model),
-                           SynthConfig(requests=2, positions=args.positions, max_nodes=32, seed=0))
-    trace = read_trace(path)
+def run(report: Report, cache: Path, quick: bool) -> None:
+    positions = 60 if quick else 400
+    trace = read_trace(synthetic(cache, "qwen3-30b-a3b", 2, positions, max_nodes=32))
     cost = cost_model(trace, get_device("h200"), Placement(), CostConfig())
-    print(f"synthetic {args.model} trace, {trace.n_trees} positions; engine seconds (selection cached, pricing only)")
+    fast_s = des_s = worst = 0.0
+    steps = 0
     for spec in (PolicySpec("ar"), PolicySpec("confidence", 16), PolicySpec("ecospec", 16, 0.5, "oracle")):
         replay = TraceReplay(trace)
-        replay.steps(spec)  # both engines share the cached selection and walk; time the engines alone
+        replay.steps(spec)  # both engines share the cached selection and walk
         t0 = time.perf_counter()
         fast = replay.run(spec, cost)
         t1 = time.perf_counter()
         des = des_run(replay, spec, cost).row
         t2 = time.perf_counter()
-        agree = abs(des.time_s - fast.time_s) / fast.time_s
-        print(f"  {spec.label():<28} fast {t1 - t0:8.4f} s   des {t2 - t1:8.4f} s   des/fast {(t2 - t1) / (t1 - t0):8.1f}x"
-              f"   steps {fast.steps:5d}   |rel diff| {agree:.1e}")
-
-
-if __name__ == "__main__":
-    main()
+        fast_s, des_s, steps = fast_s + t1 - t0, des_s + t2 - t1, steps + fast.steps
+        worst = max(worst, abs(des.time_s - fast.time_s) / fast.time_s)
+    b = "engines"
+    report.add(b, "steps", steps, note=f"synthetic qwen3-30b-a3b, {trace.n_trees} positions, 3 policies")
+    report.add(b, "fast_s", fast_s, "s")
+    report.add(b, "des_s", des_s, "s")
+    report.add(b, "des_over_fast", des_s / fast_s, "x", note="how many times slower the simpy engine is")
+    report.add(b, "agree_rel_diff", worst, "", target="<= 1e-9", note="abs(des - fast) / fast, worst policy")

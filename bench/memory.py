@@ -1,62 +1,47 @@
 """Peak resident memory of a replay against the trace's size on disk, whole and in pieces.
 
-    python bench/memory.py [--positions 2000] [--max-memory 64MB]
+The synthetic DeepSeek-V3.1-shaped trace of the replay benchmark (10 requests x 1,000 positions,
+60-candidate trees; labelled synthetic). Each replay runs in a fresh process (`ecosim replay
+--policy confidence --json`) and its peak RSS is read from the kernel (VmHWM of the child).
 
-A synthetic DeepSeek-V3.1-shaped trace (labelled synthetic). Each replay runs in a fresh process
-(`ecosim replay --policy confidence --json`), and its peak RSS is read from the kernel
-(VmHWM of the child). Reported: disk size, the trace's in-memory size (node rows x bytes per
-row), and each run's peak RSS, with the ratios. Not a test: RSS depends on the machine.
+- `disk_mb`, `arrays_mb`: the trace on disk, and its node rows as arrays (rows x bytes per row).
+- `whole_peak_rss_mb`: the replay with the trace in memory; `whole_rss_over_disk` its ratio.
+- `budget_mb`: the `--max-memory` given to the piece-wise replay: what two requests need by
+  stream.py's estimate (WORKING_SET x their rows' bytes), well under what the whole replay takes.
+- `pieces_peak_rss_mb`, `pieces_over_whole`: the piece-wise replay's peak and its ratio to the whole.
+- `pieces_equal_whole`: 1 when both replays report identical totals.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-from ecosim.catalog import get_model
-from ecosim.synth import SynthConfig, write_synthetic
+import pyarrow.parquet as pq
+
+from bench.common import Report, disk_bytes, peak_rss
+from ecosim.stream import WORKING_SET
 from ecosim.trace.io import row_bytes
 
 
-def peak_rss(args: list[str]) -> tuple[float, dict]:
-    """Run `ecosim` in a fresh child that reports its own peak RSS; return (bytes, its JSON output)."""
-    # VmHWM (not ru_maxrss, which Linux carries across exec from the parent) is this process's own peak.
-    code = (
-        "import sys; from ecosim.cli import main; rc = main(sys.argv[1:]); "
-        "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1]; "
-        "print(hwm, file=sys.stderr); sys.exit(rc)"
-    )
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True)
-    return float(out.stderr.strip().splitlines()[-1]) * 1024.0, json.loads(out.stdout)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--positions", type=int, default=2000, help="positions per request (8 requests)")
-    ap.add_argument("--max-memory", default=None, help="default: what two requests need (a quarter of the trace)")
-    args = ap.parse_args()
-    path = write_synthetic(Path(tempfile.mkdtemp()) / "ds", get_model("deepseek-v3.1"),
-                           SynthConfig(requests=8, positions=args.positions, max_nodes=60, seed=0))
-    manifest = json.loads((path / "manifest.json").read_text())
-    disk = sum(f.stat().st_size for f in path.iterdir())
-    rows = 8 * args.positions * 61
-    heap = rows * row_bytes(manifest, gates=False)
-    print(f"synthetic deepseek-v3.1 trace: {rows:,} node rows, {disk / 1e6:.1f} MB on disk, {heap / 1e6:.1f} MB as arrays")
-    from ecosim.stream import WORKING_SET
-
-    args.max_memory = args.max_memory or f"{2 * args.positions * 61 * row_bytes(manifest, False) * WORKING_SET / 1e6:.0f}MB"
-    base = ["replay", str(path), "--policy", "confidence", "--json"]
+def run(report: Report, trace: Path) -> None:
+    manifest = json.loads((trace / "manifest.json").read_text())
+    requests = len(manifest["requests"])
+    disk = disk_bytes(trace)
+    per_row = row_bytes(manifest, gates=False)
+    rows = pq.read_metadata(trace / "nodes.parquet").num_rows
+    base = ["replay", str(trace), "--policy", "confidence", "--json"]
     whole, a = peak_rss(base)
-    pieces, b = peak_rss(base + ["--max-memory", args.max_memory])
-    assert a["total"] == b["total"], "pieces must replay exactly what the whole trace replays"
-    for name, rss in (("in memory", whole), (f"--max-memory {args.max_memory}", pieces)):
-        print(f"  {name:<22} peak RSS {rss / 1e6:8.1f} MB = {rss / disk:5.2f}x disk, {rss / heap:4.2f}x arrays")
-    print(f"  pieces / whole: {pieces / whole:.2f}  (same totals: yes)")
-
-
-if __name__ == "__main__":
-    main()
+    budget = 2 * rows / requests * per_row * WORKING_SET
+    pieces, b = peak_rss(base + ["--max-memory", f"{budget / 1e6:.0f}MB"])
+    m = "memory"
+    report.add(m, "disk_mb", disk / 1e6, "MB", note=f"{trace.name}: {rows:,} node rows, {requests} requests; synthetic")
+    report.add(m, "arrays_mb", rows * per_row / 1e6, "MB")
+    report.add(m, "whole_peak_rss_mb", whole / 1e6, "MB")
+    report.add(m, "whole_rss_over_disk", whole / disk, "x")
+    report.add(m, "budget_mb", budget / 1e6, "MB", note="--max-memory: two requests' working set")
+    report.add(m, "pieces_peak_rss_mb", pieces / 1e6, "MB")
+    report.add(m, "pieces_over_whole", pieces / whole, "x", target="< 1", note="the piece-wise replay's peak over the whole replay's")
+    report.add(m, "budget_over_whole", budget / whole, "x", target="< 1",
+               note="the budget is smaller than what the whole replay took: the trace does not fit it")
+    report.add(m, "pieces_equal_whole", float(a["total"] == b["total"]), "", target="== 1")

@@ -1,6 +1,6 @@
 """What router capture costs: one verification forward with the hooks on vs off, and the ratio.
 
-    python bench/tracer_hooks.py [--family qwen3_moe] [--device cpu] [--repeats 200] [--threads 1]
+    bench/run --only tracer          (or: python -m bench.tracer_hooks [--family qwen3_moe] [--repeats 200])
 
 A tiny random model of the family (4 layers, hidden 256, 16 experts top-2, fp32, the size NOTES.md
 times), a 128-token context in the KV cache, and a 16-node candidate tree (depth 3). "on" is what
@@ -18,6 +18,8 @@ import statistics
 import time
 
 import torch
+
+from bench.common import Report
 
 
 def build(family: str, device: str):
@@ -56,14 +58,9 @@ def timed_pair(on, off, repeats: int, sync) -> tuple[list[float], list[float]]:
     return t_on, t_off
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--family", default="qwen3_moe", help="model family of the tiny target")
-    ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--repeats", type=int, default=200, help="timed forwards per setting")
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+def measure(family: str = "qwen3_moe", device: str = "cpu", repeats: int = 200, threads: int = 1) -> dict[str, float]:
+    """Median, 10th and 90th percentile milliseconds of the forward with hooks on and off."""
+    torch.set_num_threads(threads)
 
     from tracer.routing import RouterCapture
     from tracer.runner import CachedLM
@@ -71,7 +68,7 @@ def main() -> None:
 
     import numpy as np
 
-    model = build(args.family, args.device)
+    model = build(family, device)
     lm = CachedLM(model)
     g = torch.Generator().manual_seed(0)
     lm.extend(torch.randint(3, 259, (128,), generator=g))
@@ -81,7 +78,7 @@ def main() -> None:
     depths = np.array([0, 1, 1, 1] + [2] * 12, np.int64)
     tree = Tree(torch.randint(3, 259, (16,), generator=g).numpy(), parents, depths, np.zeros(16, np.float32))
     anc, pos, ids = tree.ancestors(), torch.from_numpy(depths) + ctx, torch.from_numpy(tree.tokens)
-    sync = torch.cuda.synchronize if args.device.startswith("cuda") else (lambda: None)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
     cap = RouterCapture(model)
     cap.remove()
@@ -98,14 +95,38 @@ def main() -> None:
         lm.forward(ids, pos, anc, ctx)
         lm.keep(ctx)
 
-    t_on, t_off = timed_pair(on, off, args.repeats, sync)
-    q = lambda xs: (statistics.median(xs), np.percentile(xs, 10), np.percentile(xs, 90))  # noqa: E731
-    print(f"{args.family}, {args.device}, {torch.get_num_threads()} threads: 16-node tree over a 128-token "
-          f"context, {len(cap.moe_layers)} MoE layers, {args.repeats} forwards each")
-    for name, xs in (("hooks on ", t_on), ("hooks off", t_off)):
-        m, lo, hi = q(xs)
-        print(f"  {name}: median {m:.3f} ms  (p10 {lo:.3f}, p90 {hi:.3f})")
-    print(f"  ratio on/off (medians): {statistics.median(t_on) / statistics.median(t_off):.3f}")
+    t_on, t_off = timed_pair(on, off, repeats, sync)
+    out = {"moe_layers": float(len(cap.moe_layers)), "threads": float(torch.get_num_threads())}
+    for name, xs in (("on", t_on), ("off", t_off)):
+        out[f"{name}_ms"] = statistics.median(xs)
+        out[f"{name}_p10_ms"], out[f"{name}_p90_ms"] = float(np.percentile(xs, 10)), float(np.percentile(xs, 90))
+    out["ratio"] = out["on_ms"] / out["off_ms"]
+    return out
+
+
+def run(report: Report, quick: bool) -> None:
+    repeats = 20 if quick else 200
+    m = measure(repeats=repeats)
+    b = "tracer"
+    note = f"tiny qwen3_moe ({m['moe_layers']:.0f} MoE layers, hidden 256, 16 experts top-2), 16-node tree, 128-token context"
+    report.add(b, "hooks_on_ms", m["on_ms"], "ms", note=f"median of {repeats}; p10 {m['on_p10_ms']:.3f}, p90 {m['on_p90_ms']:.3f}")
+    report.add(b, "hooks_off_ms", m["off_ms"], "ms", note=f"median of {repeats}; p10 {m['off_p10_ms']:.3f}, p90 {m['off_p90_ms']:.3f}")
+    report.add(b, "on_over_off", m["ratio"], "x", note=note + f", cpu, {m['threads']:.0f} thread")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--family", default="qwen3_moe", help="model family of the tiny target")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--repeats", type=int, default=200, help="timed forwards per setting")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    args = ap.parse_args()
+    m = measure(args.family, args.device, args.repeats, args.threads)
+    print(f"{args.family}, {args.device}, {m['threads']:.0f} threads: 16-node tree over a 128-token context, "
+          f"{m['moe_layers']:.0f} MoE layers, {args.repeats} forwards each")
+    for name in ("on", "off"):
+        print(f"  hooks {name:<3}: median {m[name + '_ms']:.3f} ms  (p10 {m[name + '_p10_ms']:.3f}, p90 {m[name + '_p90_ms']:.3f})")
+    print(f"  ratio on/off (medians): {m['ratio']:.3f}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,61 @@
+"""`bench/run --quick` runs every benchmark end to end and reports every figure, each finite.
+
+No timing target is asserted: the machine may be busy. The checks that are not timings (the
+engines agree, Ray and the local executor write identical rows, pieces replay the whole) are.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+SHAPES = ("deepseek-v3.1", "qwen3-235b-a22b", "gpt-oss-120b")
+REAL = ("coding", "dialogue", "qa", "reasoning")
+POLICIES = ("ar", "confidence", "ecospec", "ecospec_lam0.1", "oracle")
+
+
+def expected() -> set[str]:
+    names = set()
+    for s in SHAPES:
+        names |= {f"replay.{s}.{f}" for f in ("positions", "read_s", "numpy_pass_pos_per_s")}
+        names |= {f"replay.{s}.{p}.{f}" for p in POLICIES for f in ("warm_pos_per_s", "warm_ratio", "cold_ratio")}
+    names |= {f"engines.{f}" for f in ("steps", "fast_s", "des_s", "des_over_fast", "agree_rel_diff")}
+    names |= {"sweep.local.configs_per_min", "sweep.ray.configs_per_min", "sweep.ray_over_local", "sweep.ray_equals_local"}
+    names |= {f"sweep1000.{f}" for f in ("configurations", "wall_s", "configs_per_min", "cpu_s")}
+    names |= {f"tracer.{f}" for f in ("hooks_on_ms", "hooks_off_ms", "on_over_off")}
+    names |= {f"memory.{f}" for f in ("disk_mb", "arrays_mb", "whole_peak_rss_mb", "whole_rss_over_disk", "budget_mb",
+                                      "pieces_peak_rss_mb", "pieces_over_whole", "budget_over_whole", "pieces_equal_whole")}
+    for t in (*REAL, *SHAPES):
+        names |= {f"quality.{t}.{f}" for f in (
+            "ar_ms_per_token", "oracle_ms_per_token", "confidence_best_ms_per_token", "ecospec_best_ms_per_token",
+            "ecospec_over_confidence", "ecospec_of_oracle", "confidence_of_oracle", "ecospec_speedup_vs_ar",
+            "confidence_speedup_vs_ar")}
+    return names
+
+
+def test_bench_quick_reports_every_figure(tmp_path):
+    out = tmp_path / "bench.json"
+    res = subprocess.run([str(ROOT / "bench" / "run"), "--quick", "--json", str(out), "--cache", str(tmp_path / "cache")],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHON": sys.executable})
+    assert res.returncode == 0, res.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    optional = {"sweep": "ray", "tracer": "torch"}
+    skipped = {b for b, mod in optional.items() if importlib.util.find_spec(mod) is None}
+    assert set(doc["skipped"]) == skipped
+    figures = {f"{f['bench']}.{f['name']}": f for f in doc["figures"]}
+    want = {n for n in expected() if n.split(".")[0] not in skipped}
+    assert want <= set(figures), sorted(want - set(figures))
+    for name, f in figures.items():
+        assert math.isfinite(f["value"]), name
+    for name in ("engines.agree_rel_diff", "memory.pieces_equal_whole", "sweep.ray_equals_local"):
+        if name in figures:
+            assert figures[name]["met"], name
+    assert doc["meta"]["quick"] and doc["meta"]["date"] and doc["meta"]["machine"]["cores"]
+    assert "figure" in res.stdout and "bench/run --quick" in res.stdout  # the one table at the end
