@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from tracer.corpus import collect, split
 from tracer.train_pair import (
@@ -38,64 +37,10 @@ from tracer.train_pair import (
     evaluate_val,
     fmt_time,
     load_prompts,
-    lr_at,
-    make_optimizer,
-    per_layer_balance_loss,
     train_draft,
+    train_target,
     write_card,
 )
-
-
-def sequence_balance_loss(router_logits, batch: int, top_k: int) -> torch.Tensor:
-    """Switch loss over each sequence on its own, averaged over sequences and layers (1.0 = even).
-
-    Per layer and sequence: E * sum_i f_i * P_i / k, with f_i the fraction of the sequence's
-    tokens routed to expert i (sums to k) and P_i its mean router probability.
-    """
-    losses = []
-    for lg in router_logits:
-        probs = torch.softmax(lg.float(), dim=-1).reshape(batch, -1, lg.shape[-1])  # (B, T, E)
-        num_experts, tokens = probs.shape[-1], probs.shape[1]
-        idx = torch.topk(probs, top_k, dim=-1).indices.reshape(batch, -1)
-        frac = torch.zeros(batch, num_experts).scatter_add_(1, idx, torch.ones(idx.shape)) / tokens
-        losses.append((num_experts * (frac * probs.mean(1)).sum(-1) / top_k).mean())
-    return torch.stack(losses).mean()
-
-
-def finetune_target(model, windows: Windows, steps: int, lr: float, seq_coef: float, log_every: int) -> dict:
-    cfg = model.config
-    opt = make_optimizer(model, lr, wd=0.1)
-    warmup = max(1, steps // 10)
-    model.train()
-    hist: list[tuple[float, float, float]] = []
-    t_start = time.time()
-    for step in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps, lr, warmup)
-        batch = windows.next()
-        x, y = batch[:, :-1], batch[:, 1:]
-        out = model(input_ids=x, output_router_logits=True, use_cache=False)
-        ce = F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))
-        bal = per_layer_balance_loss(out.router_logits, cfg.num_experts_per_tok)
-        seq = sequence_balance_loss(out.router_logits, x.shape[0], cfg.num_experts_per_tok)
-        loss = ce + cfg.router_aux_loss_coef * bal + seq_coef * seq
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        hist.append((ce.item(), bal.item(), seq.item()))
-        if step % log_every == 0 or step == steps - 1:
-            k = min(len(hist), log_every)
-            m = [sum(h[i] for h in hist[-k:]) / k for i in range(3)]
-            el = time.time() - t_start
-            print(f"[rebalance] step {step + 1:4d}/{steps} ce {m[0]:.4f} bal {m[1]:.4f} seq-bal {m[2]:.4f} "
-                  f"| {el / (step + 1):.2f}s/step eta {fmt_time(el / (step + 1) * (steps - step - 1))}", flush=True)
-    model.eval()
-    k = min(len(hist), 50)
-    return {"final_train_ce_last50": sum(h[0] for h in hist[-k:]) / k,
-            "final_train_balance_loss_last50": sum(h[1] for h in hist[-k:]) / k,
-            "final_train_seq_balance_loss_last50": sum(h[2] for h in hist[-k:]) / k,
-            "seconds": time.time() - t_start}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     before = evaluate_greedy(target, draft, fast, prompts, args.gen_tokens)
     print(f"[before] greedy balance per task {before['target_expert_balance_per_task']}", flush=True)
 
-    t_stats = finetune_target(target, Windows(train_stream, seq_len, batch, args.seed + 11), args.target_steps,
-                              args.target_lr, args.seq_balance_coef, args.log_every)
+    t_stats = train_target(target, Windows(train_stream, seq_len, batch, args.seed + 11), args.target_steps,
+                           args.target_lr, max(1, args.target_steps // 10), args.log_every, t0,
+                           seq_coef=args.seq_balance_coef, label="rebalance")
     d_stats = train_draft(draft, target, Windows(train_stream, seq_len, batch, args.seed + 13), args.draft_steps,
                           args.draft_lr, max(1, args.draft_steps // 10), base["alpha"], base["temperature"],
                           args.log_every, t0)

@@ -179,6 +179,22 @@ def per_layer_balance_loss(router_logits, top_k: int) -> torch.Tensor:
     return torch.stack(losses).mean()
 
 
+def sequence_balance_loss(router_logits, batch: int, top_k: int) -> torch.Tensor:
+    """Switch loss over each sequence on its own, averaged over sequences and layers (1.0 = even).
+
+    Per layer and sequence: E * sum_i f_i * P_i / k, with f_i the fraction of the sequence's
+    tokens routed to expert i (sums to k) and P_i its mean router probability.
+    """
+    losses = []
+    for lg in router_logits:
+        probs = torch.softmax(lg.float(), dim=-1).reshape(batch, -1, lg.shape[-1])  # (B, T, E)
+        num_experts, tokens = probs.shape[-1], probs.shape[1]
+        idx = torch.topk(probs, top_k, dim=-1).indices.reshape(batch, -1)
+        frac = torch.zeros(batch, num_experts).scatter_add_(1, idx, torch.ones(idx.shape)) / tokens
+        losses.append((num_experts * (frac * probs.mean(1)).sum(-1) / top_k).mean())
+    return torch.stack(losses).mean()
+
+
 def lr_at(step: int, total: int, peak: float, warmup: int, floor: float = 0.1) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
@@ -207,7 +223,10 @@ def fmt_time(s: float) -> str:
 # training loops
 
 
-def train_target(model, windows: Windows, steps: int, lr: float, warmup: int, log_every: int, t0: float):
+def train_target(model, windows: Windows, steps: int, lr: float, warmup: int, log_every: int, t0: float,
+                 seq_coef: float = 0.0, label: str = "target"):
+    """Next-token loss + the batch balance loss, plus `seq_coef` x the sequence-wise balance loss
+    when it is positive (the second stage, `tracer.rebalance`; the term is not computed at 0)."""
     cfg = model.config
     opt = make_optimizer(model, lr, wd=0.1)
     model.train()
@@ -222,28 +241,35 @@ def train_target(model, windows: Windows, steps: int, lr: float, warmup: int, lo
         ce = F.cross_entropy(out.logits.reshape(-1, out.logits.shape[-1]), y.reshape(-1))
         bal = per_layer_balance_loss(out.router_logits, cfg.num_experts_per_tok)
         loss = ce + cfg.router_aux_loss_coef * bal
+        terms = [ce.item(), bal.item()]
+        if seq_coef > 0:
+            seq = sequence_balance_loss(out.router_logits, x.shape[0], cfg.num_experts_per_tok)
+            loss = loss + seq_coef * seq
+            terms.append(seq.item())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        hist.append((ce.item(), bal.item()))
+        hist.append(terms)
         if step % log_every == 0 or step == steps - 1:
             k = min(len(hist), log_every)
-            ce_m = sum(h[0] for h in hist[-k:]) / k
-            bal_m = sum(h[1] for h in hist[-k:]) / k
+            m = [sum(h[i] for h in hist[-k:]) / k for i in range(len(terms))]
             el = time.time() - t_start
             eta = el / (step + 1) * (steps - step - 1)
+            seq_txt = f" seq-bal {m[2]:.4f}" if seq_coef > 0 else ""
             print(
-                f"[target] step {step + 1:5d}/{steps} ce {ce_m:.4f} bal {bal_m:.4f} "
+                f"[{label}] step {step + 1:5d}/{steps} ce {m[0]:.4f} bal {m[1]:.4f}{seq_txt} "
                 f"lr {opt.param_groups[0]['lr']:.2e} | {el / (step + 1):.2f}s/step "
                 f"eta {fmt_time(eta)} total {fmt_time(time.time() - t0)}",
                 flush=True,
             )
     model.eval()
     k = min(len(hist), 50)
-    return {"final_train_ce_last50": sum(h[0] for h in hist[-k:]) / k,
-            "final_train_balance_loss_last50": sum(h[1] for h in hist[-k:]) / k,
-            "seconds": time.time() - t_start}
+    stats = {"final_train_ce_last50": sum(h[0] for h in hist[-k:]) / k,
+             "final_train_balance_loss_last50": sum(h[1] for h in hist[-k:]) / k}
+    if seq_coef > 0:
+        stats["final_train_seq_balance_loss_last50"] = sum(h[2] for h in hist[-k:]) / k
+    return {**stats, "seconds": time.time() - t_start}
 
 
 def train_draft(draft, target, windows: Windows, steps: int, lr: float, warmup: int, alpha: float,

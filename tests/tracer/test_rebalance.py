@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from tracer.rebalance import sequence_balance_loss
-from tracer.train_pair import per_layer_balance_loss
+from tracer.train_pair import per_layer_balance_loss, sequence_balance_loss
 
 E = 4
 
