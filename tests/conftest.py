@@ -33,6 +33,26 @@ def tiny_trace(seed: int = 0, **overrides) -> tuple[dict, dict, dict]:
     return synthesize(TINY, SynthConfig(**cfg))
 
 
+def assert_same_trace(a: Path, b: Path) -> None:
+    """Two trace directories hold the same trace: manifests (less `recorded_on`) and every column."""
+    from ecosim.trace.io import read_trace
+
+    ta, tb = read_trace(a), read_trace(b)
+    strip = lambda m: {k: v for k, v in m.items() if k != "recorded_on"}  # noqa: E731 - dates, commands differ
+    assert strip(ta.manifest) == strip(tb.manifest)
+    for part in ("positions", "nodes"):
+        da, db = getattr(ta, part), getattr(tb, part)
+        assert da.keys() == db.keys()
+        for k in da:
+            assert np.array_equal(da[k], db[k], equal_nan=da[k].dtype.kind == "f"), f"{part}.{k} differs"
+
+
+@pytest.fixture
+def same_trace():
+    """`assert_same_trace` for test directories below this one (they cannot import this conftest by name)."""
+    return assert_same_trace
+
+
 def hand_trace() -> tuple[dict, dict, dict]:
     """The 3-position trace whose every figure tests/test_policies.py works out by hand.
 

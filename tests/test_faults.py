@@ -28,16 +28,15 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import ROOT, hand_trace, tiny_trace
+from conftest import ROOT, assert_same_trace, hand_trace, tiny_trace
 from ecosim.cli import main as ecosim_main
 from ecosim.errors import EcoSimError
 from ecosim.trace import io as trace_io
-from ecosim.trace.io import check_trace, read_trace, write_trace
+from ecosim.trace.io import check_trace, write_trace
 
 KILLS = 50
 
@@ -223,17 +222,6 @@ PROMPTS = [
 ]
 
 
-def _same_trace(a: Path, b: Path) -> None:
-    ta, tb = read_trace(a), read_trace(b)
-    strip = lambda m: {k: v for k, v in m.items() if k != "recorded_on"}  # noqa: E731 - dates, commands differ
-    assert strip(ta.manifest) == strip(tb.manifest)
-    for part in ("positions", "nodes"):
-        da, db = getattr(ta, part), getattr(tb, part)
-        assert da.keys() == db.keys()
-        for k in da:
-            assert np.array_equal(da[k], db[k], equal_nan=da[k].dtype.kind == "f"), f"{part}.{k} differs"
-
-
 @pytest.mark.slow
 def test_tracer_record_killed_50_times_then_resumed(tmp_path):
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
@@ -275,7 +263,7 @@ def test_tracer_record_killed_50_times_then_resumed(tmp_path):
     finally:
         zygote.close()
     assert check_trace(out)["recorded_on"]["complete"] is True
-    _same_trace(out, tmp_path / "ref")  # the resumed trace equals the uninterrupted recording
+    assert_same_trace(out, tmp_path / "ref")  # the resumed trace equals the uninterrupted recording
     assert partial >= 5, "the kills should land while recording, after some commits"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".killed.tmp-")], "a temporary was left behind"
     print(f"{KILLS} kills of tracer record in {runs} runs, {seconds:.1f} s (one uninterrupted run: {full:.2f} s); "

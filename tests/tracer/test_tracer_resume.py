@@ -10,25 +10,13 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import tracer.record
-from ecosim.trace.io import check_trace, read_trace
+from ecosim.trace.io import check_trace
 from tracer.record import RecordConfig, run_record
 
 OPTS = dict(max_new_tokens=14, depth=3, topk=2, max_nodes=6, chunk=4, threads=1)
-
-
-def assert_same_trace(a: Path, b: Path) -> None:
-    ta, tb = read_trace(a), read_trace(b)
-    strip = lambda m: {k: v for k, v in m.items() if k != "recorded_on"}  # noqa: E731 - dates, commands differ
-    assert strip(ta.manifest) == strip(tb.manifest)
-    for part in ("positions", "nodes"):
-        da, db = getattr(ta, part), getattr(tb, part)
-        assert da.keys() == db.keys()
-        for k in da:
-            assert np.array_equal(da[k], db[k], equal_nan=da[k].dtype.kind == "f"), f"{part}.{k} differs"
 
 
 def _mtime(trace: Path) -> float:
@@ -43,7 +31,7 @@ def _cfg(model: Path, prompts: Path, out: Path, **kw) -> RecordConfig:
 
 
 @pytest.mark.parametrize("stop_after", [0, 5, 30])
-def test_interrupted_then_resumed_equals_uninterrupted(stop_after, tiny_dirs, prompts_file, tmp_path, monkeypatch):
+def test_interrupted_then_resumed_equals_uninterrupted(stop_after, tiny_dirs, prompts_file, tmp_path, monkeypatch, same_trace):
     model = tiny_dirs["gpt_oss"]
     ref = run_record(_cfg(model, prompts_file, tmp_path / "ref"))
     real, calls = tracer.record.verify_tree, [0]
@@ -72,11 +60,11 @@ def test_interrupted_then_resumed_equals_uninterrupted(stop_after, tiny_dirs, pr
         m.setattr(tracer.record, "verify_tree", lambda *a, **k: (calls.__setitem__(0, calls[0] + 1), real(*a, **k))[1])
         run_record(_cfg(model, prompts_file, out, resume=True))
     assert calls[0] == 3 * OPTS["max_new_tokens"] - sum(counts)
-    assert_same_trace(out, ref)
+    same_trace(out, ref)
 
 
 @pytest.mark.slow
-def test_sigkill_at_random_moments_then_resume(tiny_dirs, prompts_file, tmp_path):
+def test_sigkill_at_random_moments_then_resume(tiny_dirs, prompts_file, tmp_path, same_trace):
     """SIGKILL the recorder at random moments (during start-up, then after a random number of
     commits, possibly mid-write), resuming each time; after every kill `ecosim`'s checker accepts what is on disk; the end result equals an
     uninterrupted recording."""
@@ -120,4 +108,4 @@ def test_sigkill_at_random_moments_then_resume(tiny_dirs, prompts_file, tmp_path
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert check_trace(out)["recorded_on"]["complete"] is True
-    assert_same_trace(out, ref)
+    same_trace(out, ref)
