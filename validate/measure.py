@@ -34,7 +34,7 @@ import polars as pl
 import torch
 
 from ecosim.errors import EcoSimError
-from ecosim.predictors.train import KINDS
+from ecosim.predictors import check_name as check_predictor_name
 from ecosim.trace.io import Trace, read_trace
 from tracer.loading import check_device, resolve
 from tracer.pair import Pair, load_pair
@@ -186,9 +186,8 @@ class RunConfig:
         if self.max_new_tokens < 1:
             raise EcoSimError(f"--max-new-tokens {self.max_new_tokens}: must be at least 1")
         for spec in self.choice.policies:
-            if spec.predictor and spec.predictor not in ("oracle", "none", *KINDS) and not Path(spec.predictor).is_file():
-                raise EcoSimError(f"unknown predictor {spec.predictor!r}: not one of oracle, none, "
-                                  f"{', '.join(KINDS)} and no such file")
+            if spec.predictor:
+                check_predictor_name(spec.predictor)
         check_one_device(self.device)
         resolve(self.model)  # a missing model fails here, before anything is written
 

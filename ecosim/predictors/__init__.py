@@ -22,17 +22,22 @@ from ecosim.predictors.train import KINDS
 BUILTIN = {"oracle": OraclePredictor, "none": NoPredictor}
 
 
+def check_name(name: str) -> None:
+    """Refuse a predictor that is neither a known name nor an existing file, before any work."""
+    if name not in BUILTIN and name not in KINDS and not Path(name).exists():
+        raise EcoSimError(f"unknown predictor {name!r}: not one of {', '.join([*BUILTIN, *KINDS])} and no such file")
+
+
 def get_predictor(name: str, *, selection: Selection | None = None, folds: int | None = None) -> ExpertPredictor:
     """A built-in predictor by name (`oracle`, `none`), a kind trained on the fly leave-requests-out
     (`freq`, `token`, `context`), or a trained predictor file. `selection` overrides how a scoring
     predictor takes its sets (a file's own default otherwise); `folds` the on-the-fly folds."""
+    check_name(name)
     if name in BUILTIN:
         return BUILTIN[name]()
     if name in KINDS:
         from ecosim.predictors.kfold import FOLDS, KFoldPredictor
         return KFoldPredictor(name, folds or FOLDS, selection=selection or Selection())
-    if not Path(name).exists():
-        raise EcoSimError(f"unknown predictor {name!r}: not one of {', '.join([*BUILTIN, *KINDS])} and no such file")
     from ecosim.predictors.store import load
     pred = load(name)
     if selection is not None:
@@ -42,5 +47,5 @@ def get_predictor(name: str, *, selection: Selection | None = None, folds: int |
 
 __all__ = [
     "BUILTIN", "KINDS", "Candidates", "ExpertPredictor", "NoPredictor", "OraclePredictor", "ScoringPredictor",
-    "Selection", "Shape", "get_predictor",
+    "Selection", "Shape", "check_name", "get_predictor",
 ]
