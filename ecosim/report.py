@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ecosim.errors import EcoSimError
+from ecosim.outputs import REPORT_BUILD, REPORT_MARKER, check_output
 
 REPORTS = Path(__file__).resolve().parent.parent / "reports"
 ORDER = ("expert_scattering", "cost_vs_experts", "lambda_sweep", "pareto", "predictors", "fidelity", "reproduction")
@@ -40,6 +41,9 @@ def notebooks(only: tuple[str, ...] = ()) -> list[Path]:
 
 def build(cfg: ReportConfig, progress=None) -> list[Path]:
     """Execute the notebooks; returns the HTML files written."""
+    if not cfg.traces.exists():
+        raise EcoSimError(f"{cfg.traces}: no such traces directory")
+    check_output(cfg.out, REPORT_BUILD)  # a build is rebuilt; any other folder is never written into
     try:
         import jupytext
         import nbformat
@@ -47,10 +51,9 @@ def build(cfg: ReportConfig, progress=None) -> list[Path]:
         from nbconvert import HTMLExporter
     except ImportError as e:
         raise EcoSimError(f"reports need the reports extra: pip install -e '.[reports]' ({e.name} is missing)") from None
-    if not cfg.traces.exists():
-        raise EcoSimError(f"{cfg.traces}: no such traces directory")
     out = cfg.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    (out / REPORT_MARKER).touch()
     written = []
     for src in notebooks(cfg.only):
         nb = jupytext.read(src)
