@@ -44,4 +44,4 @@ def run(report: Report, trace: Path) -> None:
     report.add(m, "pieces_over_whole", pieces / whole, "x", target="< 1", note="the piece-wise replay's peak over the whole replay's")
     report.add(m, "budget_over_whole", budget / whole, "x", target="< 1",
                note="the budget is smaller than what the whole replay took: the trace does not fit it")
-    report.add(m, "pieces_equal_whole", float(a["total"] == b["total"]), "", target="== 1")
+    report.add(m, "pieces_equal_whole", float(a["totals"] == b["totals"]), "", target="== 1")

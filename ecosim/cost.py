@@ -160,6 +160,22 @@ class CostModel:
         """Seconds per step: the MoE layers plus everything else."""
         return self.layer_times(union, tokens, misses).sum(axis=1) + self.other_times(tokens, context, speculative)
 
+    def applied(self) -> dict[str, object]:
+        """The values this model prices with once defaults and a profile's fitted fields are
+        resolved: what every command prints as used (never null for an applied default)."""
+        if self.experts_only:  # routed-expert bytes at the raw bandwidth, nothing else
+            return {"bw_efficiency": 1.0, "step_overhead_s": 0.0, "draft_time_s": 0.0}
+        used: dict[str, object] = {
+            "bw_efficiency": self.device.bw_efficiency or self.config.bw_efficiency,
+            "compute_efficiency": self.device.compute_efficiency or self.config.compute_efficiency,
+            "step_overhead_s": self.step_overhead,
+            "overlap": self.device.overlap or self.config.overlap,
+            "draft_time_s": self.draft_time(speculative=True),
+        }
+        if self.placement.kind == "ep":
+            used["link_latency_s"] = self.config.link_latency_s
+        return used
+
     def describe(self) -> dict[str, object]:
         return {
             **self.device.to_dict(),

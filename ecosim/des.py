@@ -42,12 +42,38 @@ class DesConfig:
     seed: int = 0
 
 
+# Time to first token needs the prefill's cost; a trace records the decoded positions only (no
+# routing of the prompt's tokens), so the engine does not price a prefill and says so.
+TTFT_NOT_MODELLED = "not modelled (the trace records no routing of the prompt, so prefill is not priced)"
+
+
+def _percentiles(x: list[float]) -> dict[str, float]:
+    a = np.asarray(x, dtype=np.float64) if x else np.zeros(1)
+    return {f"p{q}": float(np.percentile(a, q)) for q in (50, 90, 99)}
+
+
 @dataclass
 class DesResult:
     row: Row
     latencies_s: list[float]
     makespan_s: float
     events: list[dict[str, object]] = field(default_factory=list)  # Chrome trace events
+    forwards: int = 0  # verification forwards (a batched forward verifies several requests)
+    first_step_s: list[float] = field(default_factory=list)  # per request: arrival -> end of its first step
+    inter_token_s: list[float] = field(default_factory=list)  # one sample per token after a request's first step
+
+    def serving(self) -> dict[str, object]:
+        """The serving metrics of ecosim/metrics.py (README "Metrics"), as printed and in --json."""
+        return {
+            "forwards": self.forwards,
+            "makespan_s": self.makespan_s,
+            "throughput_tokens_per_s": self.row.tokens / self.makespan_s if self.makespan_s else 0.0,
+            "throughput_requests_per_s": len(self.latencies_s) / self.makespan_s if self.makespan_s else 0.0,
+            "request_latency_s": _percentiles(self.latencies_s),
+            "first_step_latency_s": _percentiles(self.first_step_s),
+            "inter_token_latency_s": _percentiles(self.inter_token_s),
+            "ttft_s": TTFT_NOT_MODELLED,
+        }
 
 
 def arrival_times(text: str, n: int, seed: int) -> list[float] | None:
@@ -102,6 +128,9 @@ class _Server:
         self.done: dict[int, simpy.Event] = {}
         self.n_steps = 0
         self.arrived: dict[int, float] = {}
+        self.last_end: dict[int, float] = {}  # end of each request's latest step
+        self.first_step: dict[int, float] = {}
+        self.inter_token: list[float] = []
         self.events: list[dict[str, object]] = []
 
     def arrive(self, rid: int) -> simpy.Event:
@@ -129,6 +158,13 @@ class _Server:
             self._span(f"step x{len(batch)}", "step", start, self.env.now)
             self.busy += self.env.now - start
             self.n_steps += 1
+            for rid, i in zip(batch, idx):
+                if rid in self.last_end:  # ITL: the gap since this request's previous step, per token it yields
+                    gap = self.env.now - self.last_end[rid]
+                    self.inter_token.extend([gap / int(self.steps.tokens[i])] * int(self.steps.tokens[i]))
+                else:
+                    self.first_step[rid] = self.env.now - self.arrived[rid]
+                self.last_end[rid] = self.env.now
             for rid in batch:
                 if not self.queue[rid]:
                     self.active.remove(rid)
@@ -219,7 +255,7 @@ def des_run(replay: TraceReplay, spec: PolicySpec, cost: CostModel, cfg: DesConf
         synthetic=replay.trace.synthetic,
         requests=len(replay.trace.manifest["requests"]),
         tokens=int(steps.tokens.sum()),
-        steps=server.n_steps,
+        steps=len(steps.tokens),  # per request: a forward verifying k requests is k steps (metrics.py)
         verified=int(steps.verified.sum()),
         expert_loads=server.loads,
         expert_bytes=server.loads * eb,
@@ -227,4 +263,5 @@ def des_run(replay: TraceReplay, spec: PolicySpec, cost: CostModel, cfg: DesConf
         time_s=server.busy,
     )
     latencies = [server.finished[r] - server.arrived[r] for r in server.order]
-    return DesResult(row, latencies, float(env.now), server.events)
+    return DesResult(row, latencies, float(env.now), server.events, server.n_steps,
+                     [server.first_step[r] for r in server.order], server.inter_token)

@@ -3,3 +3,7 @@
 
 class EcoSimError(Exception):
     """A problem with the user's input (a path, a value, a trace), reported without a traceback."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C during long work; the message says what was kept and how to resume (exit status 130)."""

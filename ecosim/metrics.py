@@ -2,13 +2,17 @@
 
 - tokens: tokens produced; equals the trace's positions whatever the policy (the last step is
   cut at the end of the request).
-- steps: verification forwards.
+- steps: verification steps of each request, summed over requests. A batched forward (des engine,
+  --max-batch > 1) that verifies k requests counts k steps, so tokens_per_step is the mean
+  accepted length + 1 whatever the batching (ar: exactly 1).
 - tokens_per_step: tokens / steps = mean accepted length + 1.
-- experts_per_step: mean over steps of the sum over MoE layers of the union size of the true
-  experts of the verified nodes (distinct experts touched, not cache misses).
+- experts_per_step: expert_loads / steps: one request at a time, the mean over steps of the sum
+  over MoE layers of the union size of the true experts of the verified nodes (distinct experts
+  touched, not cache misses); batched, a forward's union is shared by the requests it verifies.
 - expert_bytes_per_token: routed-expert bytes read from HBM per token (union x expert_bytes).
 - pcie_bytes_per_token: expert bytes copied over PCIe per token (offload misses; 0 otherwise).
 - time_s, time_per_token_s: simulated seconds, and per token.
+- tokens_per_s: tokens / time_s, the decoding rate of one request stream (1 / time_per_token_s).
 - speedup_vs_ar: time_per_token of `ar` / time_per_token of this policy, same cost model.
 - oracle_fraction: time of the `oracle` bound / time of this policy (1.0 = as good as possible).
 """
@@ -51,6 +55,10 @@ class Row:
     def time_per_token_s(self) -> float:
         return self.time_s / self.tokens if self.tokens else 0.0
 
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.time_s if self.time_s else 0.0
+
     def compare(self, ar: Row, oracle: Row) -> Row:
         """Fill the ratios against `ar` and the `oracle` bound of the same trace(s)."""
         self.speedup_vs_ar = ar.time_per_token_s / self.time_per_token_s if self.time_s else None
@@ -65,6 +73,7 @@ class Row:
             expert_bytes_per_token=self.expert_bytes_per_token,
             pcie_bytes_per_token=self.pcie_bytes / self.tokens if self.tokens else 0.0,
             time_per_token_s=self.time_per_token_s,
+            tokens_per_s=self.tokens_per_s,
         )
         return d
 

@@ -115,7 +115,7 @@ def check_output(
         return
     if kind.is_dir:
         if not path.is_dir():
-            raise EcoSimError(f"{where}: exists and is not a directory; refusing to overwrite it")
+            raise EcoSimError(f"{where}: exists and is not a directory (so not {kind.noun}); refusing to overwrite it")
         if not any(path.iterdir()):
             return
     elif path.is_dir():

@@ -40,8 +40,10 @@ class PolicySpec:
     """A policy and its knobs; the oracle and ar ignore budget, lambda and predictor."""
 
     name: str = "ecospec"
-    budget: int = 16
-    lam: float = 0.5
+    budget: int = 16  # nodes a step may verify besides the root
+    lam: float = 0.5  # ecospec's cost weight
+    # The one default expert predictor of every command (replay, sweep, validate run): a real
+    # predictor, trained on the fly leave-requests-out; `oracle` is a bound no system has.
     predictor: str = "token"
     score: Score = "difference"
 
@@ -57,7 +59,17 @@ class PolicySpec:
 
     @property
     def speculative(self) -> bool:
-        return self.name != "ar"
+        """Whether a step builds a draft tree (and pays its draft time). A selection policy with
+        budget 0 verifies the root only: nothing is drafted, so it is `ar`, cost included."""
+        return self.name != "ar" and (self.name == "oracle" or self.budget > 0)
+
+    def knobs(self) -> dict[str, object]:
+        """The knobs this policy uses, and only those (ar and the oracle have none)."""
+        if self.name == "ecospec":
+            return {"budget": self.budget, "lambda": self.lam, "predictor": self.predictor, "score": self.score}
+        if self.name == "confidence":
+            return {"budget": self.budget}
+        return {}
 
     def label(self) -> str:
         if self.name == "ecospec":
@@ -270,3 +282,6 @@ def ecospec_offsets(predicted: np.ndarray, num_experts: int, chunk: int = 1 << 1
             off *= keep
             out[a : a + chunk, :, s] = off
     return out.reshape(rows, layers * m)
+
+
+DEFAULTS = PolicySpec()  # the knobs' defaults, for every command's options

@@ -21,6 +21,7 @@ import numpy as np
 
 from ecosim.catalog.models import ModelShape
 from ecosim.trace.io import write_trace
+from ecosim.tree_config import TREE
 
 TASKS = ("coding", "reasoning", "qa", "dialogue")
 
@@ -31,9 +32,9 @@ class SynthConfig:
 
     requests: int = 4
     positions: int = 256  # per request
-    depth: int = 6
-    topk: int = 4
-    max_nodes: int = 32  # candidates kept besides the root
+    depth: int = TREE.depth
+    topk: int = TREE.topk
+    max_nodes: int = TREE.max_nodes  # candidates kept besides the root
     accept: float = 0.8  # P(target's next token is among the draft's children)
     confidence: float = 0.6  # mean draft probability of the top child
     skew: float = 1.0  # Zipf exponent of expert popularity (0 = uniform)

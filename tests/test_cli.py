@@ -34,15 +34,49 @@ def test_replay_json_matches_the_documented_schema(traces):
     r = ecosim("replay", str(traces), "--policy", "confidence", "--budget", "8", "--bw", "3.3TB/s", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert {"policy", "budget", "lambda", "predictor", "placement", "hardware", "traces", "total"} <= set(out)
-    assert out["policy"] == "confidence" and out["hardware"]["hbm_bw"] == 3.3e12
-    assert [t["trace"] for t in out["traces"]] == ["a", "b"]
-    for row in out["traces"] + [out["total"]]:
+    assert {"hardware", "placement", "cost_mode", "engine", "used", "not_modelled", "rows", "totals"} <= set(out)
+    assert out["hardware"]["hbm_bw"] == 3.3e12
+    assert [(t["trace"], t["policy"]) for t in out["rows"]] == [("a", "confidence"), ("b", "confidence")]
+    for row in out["rows"] + out["totals"]:
         assert ROW_KEYS <= set(row)
-    total = out["total"]
-    assert total["tokens"] == sum(t["tokens"] for t in out["traces"]) == 2 * 40 + 3 * 40
-    assert total["steps"] == sum(t["steps"] for t in out["traces"])
+        assert row["budget"] == 8 and not {"lambda", "predictor", "score"} & set(row)  # knobs confidence does not use
+    [total] = out["totals"]
+    assert total["tokens"] == sum(t["tokens"] for t in out["rows"]) == 2 * 40 + 3 * 40
+    assert total["steps"] == sum(t["steps"] for t in out["rows"])
     assert total["tokens_per_step"] == pytest.approx(total["tokens"] / total["steps"])
+    assert total["tokens_per_s"] == pytest.approx(total["tokens"] / total["time_s"])
+
+
+def test_replay_prints_the_values_it_used_never_null(traces):
+    """The defaults applied (30 us, 0.8, 0.5, the draft time) are printed, in the JSON and under the table."""
+    r = ecosim("replay", str(traces / "a"), "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    used = out["used"]
+    assert used["step_overhead_s"] == pytest.approx(30e-6) and used["bw_efficiency"] == 0.8
+    assert used["compute_efficiency"] == 0.5 and used["overlap"] == "max" and used["draft_time_s"]["a"] >= 0
+    assert None not in out["hardware"].values() and None not in used.values()
+    r = ecosim("replay", str(traces / "a"), "--step-overhead", "45us", "--bw-efficiency", "0.7")
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("used: "))
+    assert "bw efficiency 0.7" in line and "compute efficiency 0.5" in line and "step overhead 45 us" in line
+    assert "tokens/s" in r.stdout
+
+
+def test_replay_json_without_policy_is_one_flat_list_of_rows(traces):
+    r = ecosim("replay", str(traces), "--predictor", "oracle", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert "compare" not in out
+    assert [(t["trace"], t["policy"]) for t in out["rows"]] == [
+        (t, p) for t in ("a", "b") for p in ("ar", "confidence", "ecospec", "oracle")]
+    assert [t["policy"] for t in out["totals"]] == ["ar", "confidence", "ecospec", "oracle"]
+    by = {t["policy"]: t for t in out["totals"]}
+    assert set(by["ecospec"]) >= {"budget", "lambda", "predictor", "score"} and by["ecospec"]["predictor"] == "oracle"
+    assert not {"budget", "lambda", "predictor", "score"} & (set(by["ar"]) | set(by["oracle"]))
+    for p, t in by.items():
+        assert t["tokens"] == sum(x["tokens"] for x in out["rows"] if x["policy"] == p)
+    assert all(x["draft_time_s"] == 0.0 for x in out["rows"] if x["policy"] == "ar")
 
 
 def test_replay_without_policy_prints_the_side_by_side_table(traces):
@@ -118,7 +152,7 @@ def test_ecosim_runs_without_torch(tmp_path):
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["total"]["tokens"] == 3
+    assert json.loads(r.stdout)["totals"][0]["tokens"] == 3
 
 
 def test_no_module_of_ecosim_imports_torch():

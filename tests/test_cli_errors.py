@@ -313,6 +313,9 @@ VALIDATE = [
     (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "confidence", "--budget", "-1"], "budget"),
     (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ecospec", "--lambda", "-1"], "lambda"),
     (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ecospec", "--predictor", "psychic"], "psychic"),
+    # k-fold predictors need 2 requests: refused before recording, loading or calibrating anything
+    (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ecospec", "--predictor", "token"], "--prompts holds 1 request;"),
+    (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ecospec", "--max-prompts", "1"], "--max-prompts 1 holds 1 request;"),
     (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ecospec", "--score", "vibes"], "vibes"),
     (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ar", "--calib-tokens", "x"], "--calib-tokens"),
     (["run", "--model", "M", "--prompts", "P", "--out", "{D}/r", "--policy", "ar", "--overlap", "both"], "--overlap"),

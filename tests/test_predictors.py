@@ -275,7 +275,7 @@ def test_cli_train_eval_replay_end_to_end(traces: dict[str, Path], tmp_path: Pat
     for predictor in (str(f), "token"):
         code, out, err = _run(["replay", str(traces["mixed"]), "--policy", "ecospec", "--predictor", predictor, "--json"], capsys)
         assert code == 0, err
-        assert json.loads(out)["total"]["tokens"] == SMALL["requests"] * SMALL["positions"]
+        assert json.loads(out)["totals"][0]["tokens"] == SMALL["requests"] * SMALL["positions"]
 
 
 @pytest.mark.parametrize("argv,message", [

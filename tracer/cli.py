@@ -14,19 +14,12 @@ from typing import Annotated
 
 import typer
 
-from ecosim.errors import EcoSimError
-
-try:  # typer >= 0.2x vendors its own click
-    from typer._click import exceptions as cx
-except ImportError:  # pragma: no cover - older typer on real click
-    from click import exceptions as cx
+from ecosim.cli import make_app, run
+from ecosim.tree_config import TREE, TreeShape
 
 _ARGV: list[str] = []  # the arguments being run, for the manifest's recorded_on.command
 
-app = typer.Typer(
-    name="tracer", help=__doc__.splitlines()[0], add_completion=False, no_args_is_help=True,
-    pretty_exceptions_enable=False, rich_markup_mode=None,
-)
+app = make_app("tracer", __doc__.splitlines()[0])
 
 
 @app.command()
@@ -39,10 +32,9 @@ def record(
     draft: Annotated[str, typer.Option(help="Draft: 'default' (the registry's, or a pair directory's draft/), "
                                             "'early-exit:N' (the target's first N layers), a name, a directory or a hub id.")] = "default",
     max_new_tokens: Annotated[int, typer.Option(help="Positions (generated tokens) to record per prompt.")] = 64,
-    depth: Annotated[int, typer.Option(help="Draft steps per tree = its maximum depth (SGLang: speculative_num_steps).")] = 7,
-    topk: Annotated[int, typer.Option(help="Children per expanded node and nodes expanded per step (SGLang: eagle_topk).")] = 10,
-    max_nodes: Annotated[int, typer.Option(help="Draft nodes kept per tree (root not counted), the best by cumulative "
-                                                "draft log-prob (EAGLE-2: total_token).")] = 60,
+    depth: Annotated[int, typer.Option(help=TreeShape.help("depth"))] = TREE.depth,
+    topk: Annotated[int, typer.Option(help=TreeShape.help("topk"))] = TREE.topk,
+    max_nodes: Annotated[int, typer.Option(help=TreeShape.help("max_nodes"))] = TREE.max_nodes,
     chunk: Annotated[int, typer.Option(help="Commit the trace to disk every N positions of a request (each chunk also "
                                             "re-prefills the context, which keeps --resume bit-exact).")] = 32,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted recording in --out.")] = False,
@@ -100,35 +92,13 @@ def models() -> None:
         print(f"{e.name:16s} {e.hub_id:30s} {e.family:12s} draft={e.draft}")
 
 
-def _fail(message: str) -> None:
-    print(f"tracer: error: {' '.join(message.split())}", file=sys.stderr)
-    sys.exit(2)
-
-
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: one line on stderr and exit 2 for bad input."""
+    """Console entry point (ecosim.cli.run): one line on stderr and exit 2 for bad input, 130 on Ctrl-C."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     _ARGV[:] = sys.argv[1:] if argv is None else argv
-    try:
-        # with standalone_mode=False click returns a command's typer.Exit(n) code instead of raising
-        rv = app(args=argv, prog_name="tracer", standalone_mode=False)
-    except cx.NoArgsIsHelpError as e:
-        print(e.ctx.get_help() if e.ctx is not None else "usage: tracer COMMAND --help")
-        sys.exit(0)
-    except cx.UsageError as e:
-        hint = f" (see tracer {e.ctx.info_name} --help)" if e.ctx is not None and e.ctx.info_name != "tracer" else ""
-        _fail(e.format_message() + hint)
-    except cx.ClickException as e:
-        _fail(e.format_message())
-    except EcoSimError as e:
-        _fail(str(e))
-    except (typer.Abort, KeyboardInterrupt):
-        print("tracer: interrupted", file=sys.stderr)
-        sys.exit(130)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    if isinstance(rv, int) and not isinstance(rv, bool) and rv != 0:
-        sys.exit(rv)
+    code = run(app, "tracer", argv)
+    if code:
+        sys.exit(code)
 
 
 if __name__ == "__main__":

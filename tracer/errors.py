@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ecosim.errors import EcoSimError
+from ecosim.errors import EcoSimError, Interrupted  # noqa: F401  (Interrupted: re-exported for the recorder)
 
 
 class TracerError(EcoSimError):
     """A problem the user can fix (a path, a value, missing weights); no traceback is shown."""
+

@@ -16,7 +16,10 @@ then depends only on what the trace holds, never on whether the process was rest
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import platform
+import shlex
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,15 +28,22 @@ import numpy as np
 import torch
 
 from ecosim.errors import EcoSimError
+from ecosim.outputs import TRACE, check_output
+from ecosim.tree_config import TREE
 from ecosim.trace.io import Trace, read_trace, write_trace
 from ecosim.trace.schema import MANIFEST
-from tracer.errors import TracerError
+from tracer.errors import Interrupted, TracerError
 from tracer.loading import check_device
 from tracer.pair import Pair, load_pair
 from tracer.progress import progress_bar
 from tracer.prompts import read_prompts, tokenize
 from tracer.tree import expand_tree
 from tracer.verify import verify_tree
+
+# Test hook (tests/test_faults.py): "N" sends this process SIGKILL right after its N-th commit,
+# "N:SIGINT" a Ctrl-C, so a test can interrupt at a point that does not depend on the machine's
+# speed. Unset in normal use.
+KILL_AFTER_COMMIT = "TRACER_TEST_KILL_AFTER_COMMIT"
 
 NODE_KEYS = ("request_id", "pos", "node", "parent", "depth", "token", "draft_logprob", "target_next", "target_logprob")
 
@@ -47,9 +57,9 @@ class RecordConfig:
     out: Path
     draft: str = "default"
     max_new_tokens: int = 64
-    depth: int = 7
-    topk: int = 10
-    max_nodes: int = 60
+    depth: int = TREE.depth
+    topk: int = TREE.topk
+    max_nodes: int = TREE.max_nodes
     chunk: int = 32
     dtype: str = "auto"
     device: str = "cpu"
@@ -82,14 +92,7 @@ class RecordConfig:
             raise TracerError(f"--max-prompts {self.max_prompts}: must be at least 1")
         if self.resume and self.force:
             raise TracerError("--resume and --force exclude each other")
-        out = self.out
-        if out.exists() and not out.is_dir():
-            raise TracerError(f"--out {out}: exists and is not a directory")
-        if out.is_dir() and any(out.iterdir()):
-            if not (out / MANIFEST).is_file():
-                raise TracerError(f"--out {out}: a non-empty directory that is not a trace; refusing to write there")
-            if not (self.resume or self.force):
-                raise TracerError(f"--out {out}: a trace is already there; pass --resume to continue it or --force to replace it")
+        check_output(self.out, TRACE, force=self.force, resume=self.resume, can_resume=True)
 
 
 class Recording:
@@ -103,6 +106,8 @@ class Recording:
         self.counts = {r["request_id"]: 0 for r in manifest["requests"]}
         self.roots: dict[int, list[int]] = {r["request_id"]: [] for r in manifest["requests"]}
         self.last_next: dict[int, int] = {}
+        self.commits = 0  # commits by this process
+        self.committed = 0  # positions on disk after the last commit
 
     def add(self, rid: int, pos: int, context_len: int, tree: Any, ver: Any) -> None:
         n = len(tree)
@@ -147,6 +152,11 @@ class Recording:
         self.manifest["recorded_on"]["date"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         pos, nodes = self._merged()
         write_trace(self.out, self.manifest, pos, nodes)
+        self.commits += 1
+        self.committed = sum(self.counts.values())
+        n, _, sig = os.environ.get(KILL_AFTER_COMMIT, "").partition(":")
+        if n == str(self.commits):
+            os.kill(os.getpid(), getattr(signal, sig or "SIGKILL"))
 
     def load(self, tr: Trace) -> None:
         """Take over the committed rows of an earlier, interrupted recording."""
@@ -261,9 +271,15 @@ def run_record(cfg: RecordConfig) -> Path:
     todo = [rid for rid in range(len(ids)) if not _done(rec, cfg, pair, rid)]
     total = len(ids) * cfg.max_new_tokens
     finished = total - sum(cfg.max_new_tokens - rec.counts[r] for r in todo)
-    with progress_bar(total, finished, enabled=cfg.progress) as advance:
-        for rid in todo:
-            record_request(pair, rec, cfg, rid, ids[rid], advance)
-    rec.commit(complete=True)
+    try:
+        with progress_bar(total, finished, enabled=cfg.progress) as advance:
+            for rid in todo:
+                record_request(pair, rec, cfg, rid, ids[rid], advance)
+        rec.commit(complete=True)
+    except KeyboardInterrupt:
+        words = [w for w in shlex.split(cfg.command) if w != "--force"]
+        again = shlex.join(words + ([] if "--resume" in words else ["--resume"])) if words else "the same command with --resume"
+        raise Interrupted(f"interrupted; {rec.committed} of {total} positions committed to {cfg.out} (a valid trace); "
+                          f"to continue: {again}") from None
     return cfg.out
 

@@ -64,6 +64,7 @@ from ecosim.catalog.devices import Device
 from ecosim.catalog.models import ModelShape
 from ecosim.cost import CostConfig, CostModel
 from ecosim.errors import EcoSimError
+from ecosim.tree_config import TREE
 from validate.clock import Clock
 
 HUGE = 1e30  # bytes/s or FLOP/s standing for "no measurable time" (a zero coefficient in the fit)
@@ -79,9 +80,9 @@ class CalibConfig:
     contexts: tuple[int, ...] = (48, 160)
     repeats: int = 5
     warmup: int = 3
-    depth: int = 7
-    topk: int = 10
-    max_nodes: int = 60
+    depth: int = TREE.depth
+    topk: int = TREE.topk
+    max_nodes: int = TREE.max_nodes
     budget: int = 16
     overlap: str = "sum"
     seed: int = 0

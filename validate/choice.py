@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from ecosim.errors import EcoSimError
-from ecosim.policies import PolicySpec
+from ecosim.policies import DEFAULTS, PolicySpec
 
 RUNNABLE = ("ar", "confidence", "ecospec")
 NEEDS = {"ar": ("policy",), "confidence": ("policy", "budget"), "ecospec": ("policy", "budget", "lambda", "predictor")}
-DEFAULT_BUDGET = 16
+DEFAULT_BUDGET = DEFAULTS.budget
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ def read_winner(path: Path, entry: int | None = None) -> Choice:
 def from_flags(policy: str, budget: int | None, lam: float | None, predictor: str | None, score: str | None) -> Choice:
     """The Choice given by --policy/--budget/--lambda/--predictor/--score."""
     cfg = {"policy": policy, "budget": budget if budget is not None else (DEFAULT_BUDGET if policy != "ar" else None),
-           "lambda": lam if lam is not None else (0.5 if policy == "ecospec" else None),
-           "predictor": predictor if predictor is not None else ("oracle" if policy == "ecospec" else None),
+           "lambda": lam if lam is not None else (DEFAULTS.lam if policy == "ecospec" else None),
+           "predictor": predictor if predictor is not None else (DEFAULTS.predictor if policy == "ecospec" else None),
            "score": score}
     return _with_baselines(spec_from_config(cfg, "--policy"), "flags")

@@ -1,7 +1,9 @@
 """The `validate` command line: `calibrate`, `run`, `report`.
 
-Bad input is one line on stderr and exit status 2 (ecosim.cli.run); a run that is not lossless
-prints one line naming the first diverging position and exits with status 1.
+Exit status of `validate run` and `validate report` (also in their --help and README):
+0 every check passed; 1 not lossless (one line names the first diverging position); 2 bad input
+(one line, ecosim.cli.run); 3 lossless, but a fidelity target was missed (one line names it);
+130 interrupted. `--no-fail` turns 3 into 0 (the table still says MISSED).
 """
 
 from __future__ import annotations
@@ -14,14 +16,13 @@ from typing import Annotated
 
 import typer
 
-from ecosim.cli import run, wide_console
+from ecosim.cli import make_app, run, wide_console
 from ecosim.errors import EcoSimError
+from ecosim.outputs import COMPARISON, PROFILE, check_output
+from ecosim.policies import DEFAULTS
+from ecosim.tree_config import TREE, TreeShape
 
-app = typer.Typer(
-    name="validate",
-    help="Run a policy end to end on real hardware and compare with what the simulator predicts.",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-)
+app = make_app("validate", "Run a policy end to end on real hardware and compare with what the simulator predicts.")
 
 # shared options
 Model = Annotated[str, typer.Option(help="Target: a pair directory (target/ and draft/), a checkpoint directory, a registry name or a hub id.")]
@@ -62,6 +63,10 @@ def _threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+NoFail = Annotated[bool, typer.Option("--no-fail", help="Exit 0 when only a fidelity target is missed (a run that is not "
+                                                         "lossless still exits 1).")]
+
+
 @app.command()
 def calibrate(
     model: Model,
@@ -75,9 +80,9 @@ def calibrate(
     levels: Annotated[int, typer.Option(help="Expert-union levels per token count, spread over [top_k, min(experts, tokens x top_k)].")] = 4,
     contexts: Annotated[str, typer.Option(help="Context lengths (tokens in the KV cache) to benchmark at, comma-separated.")] = "48,160",
     repeats: Annotated[int, typer.Option(help="Runs of each case (the median is fitted).")] = 5,
-    depth: Annotated[int, typer.Option(help="Draft tree depth, as recorded (tracer record --depth).")] = 7,
-    topk: Annotated[int, typer.Option(help="Draft tree top-k, as recorded.")] = 10,
-    max_nodes: Annotated[int, typer.Option(help="Draft tree nodes kept, as recorded.")] = 60,
+    depth: Annotated[int, typer.Option(help=TreeShape.help("depth") + " As recorded (tracer record --depth).")] = TREE.depth,
+    topk: Annotated[int, typer.Option(help=TreeShape.help("topk") + " As recorded.")] = TREE.topk,
+    max_nodes: Annotated[int, typer.Option(help=TreeShape.help("max_nodes") + " As recorded.")] = TREE.max_nodes,
     budget: Annotated[int, typer.Option(help="Budget of the confidence selection timed with the draft.")] = 16,
     overlap: Overlap = "auto",
     seed: Annotated[int, typer.Option(help="Seed of the random contexts, trees and expert sets.")] = 0,
@@ -86,6 +91,7 @@ def calibrate(
                                                             "cut from (default: the --trace's text, else random tokens).")] = None,
     trace: Annotated[Path | None, typer.Option(help="A trace recorded from this model: the verify cases become subtrees of its trees "
                                                     "with their recorded routing (default: a grid of tokens x expert unions).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a profile already at --out (any other file is never replaced).")] = False,
 ) -> None:
     """Measure this device as ecosim's cost model needs it: fit bandwidth, compute, overhead and draft time."""
     from validate.calibrate import HUGE, CalibConfig
@@ -96,6 +102,7 @@ def calibrate(
     cfg = CalibConfig(_ints(tokens, "--tokens"), levels, _ints(contexts, "--contexts"), repeats, 3,
                       depth, topk, max_nodes, budget, _overlap(overlap, device), seed)
     cfg.check()
+    check_output(out, PROFILE, force=force)
     check_one_device(device)
     _threads(threads)
     pair = load_pair(model, draft, dtype=dtype, device=device, attn=attn)
@@ -132,9 +139,10 @@ def run_cmd(
     winner: Annotated[Path | None, typer.Option(help="winner.json of `ecosim sweep` (or any JSON with policy, budget, lambda, predictor).")] = None,
     entry: Annotated[int | None, typer.Option(help="Which entry of the winner file's `winners` list (default: the only one with a configuration).")] = None,
     policy: Annotated[str | None, typer.Option(help="Instead of --winner: ar, confidence or ecospec.")] = None,
-    budget: Annotated[int | None, typer.Option(help="With --policy: nodes a step may verify besides the root (default 16).")] = None,
-    lam: Annotated[float | None, typer.Option("--lambda", help="With --policy ecospec: the cost weight (default 0.5).")] = None,
-    predictor: Annotated[str | None, typer.Option(help="With --policy ecospec: oracle, none, freq, token, context or a predictor file (default oracle).")] = None,
+    budget: Annotated[int | None, typer.Option(help=f"With --policy: nodes a step may verify besides the root (default {DEFAULTS.budget}).")] = None,
+    lam: Annotated[float | None, typer.Option("--lambda", help=f"With --policy ecospec: the cost weight (default {DEFAULTS.lam:g}).")] = None,
+    predictor: Annotated[str | None, typer.Option(help="With --policy ecospec: token, freq, context (trained on the fly, k-fold over the "
+                                                       f"trace's requests), a predictor file, oracle or none (default {DEFAULTS.predictor}).")] = None,
     score: Annotated[str | None, typer.Option(help="With --policy ecospec: difference or ratio.")] = None,
     draft: Draft = "default",
     device: DeviceOpt = "cpu",
@@ -143,9 +151,9 @@ def run_cmd(
     threads: Threads = 1,
     max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per prompt (and positions to record).")] = 48,
     max_prompts: Annotated[int | None, typer.Option(help="Use at most N prompts of each file.")] = None,
-    depth: Annotated[int, typer.Option(help="Draft tree depth (recording and decoding).")] = 7,
-    topk: Annotated[int, typer.Option(help="Draft tree top-k.")] = 10,
-    max_nodes: Annotated[int, typer.Option(help="Draft tree nodes kept below the root.")] = 60,
+    depth: Annotated[int, typer.Option(help=TreeShape.help("depth") + " Recording and decoding.")] = TREE.depth,
+    topk: Annotated[int, typer.Option(help=TreeShape.help("topk"))] = TREE.topk,
+    max_nodes: Annotated[int, typer.Option(help=TreeShape.help("max_nodes"))] = TREE.max_nodes,
     repeats: Annotated[int, typer.Option(help="Decode every prompt with every policy this many times; step phases are the median.")] = 3,
     hardware: Annotated[Path | None, typer.Option(help="A profile from `validate calibrate` (default: calibrate on the spot).")] = None,
     trace: Annotated[Path | None, typer.Option(help="Use this recorded trace instead of recording one (its prompts and tree options are used).")] = None,
@@ -156,8 +164,15 @@ def run_cmd(
     overlap: Overlap = "auto",
     clock: ClockOpt = "wall",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress messages.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace a validate run already in --out (any other folder is never written into).")] = False,
+    no_fail: NoFail = False,
 ) -> None:
-    """Speculative decoding for real with the winner, ar and confidence; measure, check losslessness, compare."""
+    """Speculative decoding for real with the winner, ar and confidence; measure, check losslessness, compare.
+
+    Exit status: 0 every check passed; 1 not lossless; 2 bad input; 3 a fidelity target missed
+    (mean or worst error, ranking, winner faster than confidence); 130 interrupted. --no-fail
+    turns 3 into 0.
+    """
     from validate.calibrate import CalibConfig
     from validate.choice import from_flags, read_winner
     from validate.measure import RunConfig, command_line, run_validation
@@ -178,21 +193,39 @@ def run_cmd(
     cfg = RunConfig(model=model, out=out, choice=choice, prompts=list(prompts or []), draft=draft, device=device, dtype=dtype,
                     attn=attn, threads=threads, max_new_tokens=max_new_tokens, max_prompts=max_prompts, depth=depth, topk=topk,
                     max_nodes=max_nodes, repeats=repeats, clock=clock, hardware=hardware, trace=trace, calib=calib, progress=not quiet,
-                    command=command_line(sys.argv[1:]), contexts_from_trace=contexts is None)
+                    command=command_line(sys.argv[1:]), contexts_from_trace=contexts is None, force=force)
     say = (lambda msg: None) if quiet else None
     doc = run_validation(cfg, say)
     render(doc, wide_console())
-    _fail_unless_lossless(doc)
+    _exit_on_failed_checks(doc, no_fail)
 
 
-def _fail_unless_lossless(doc: dict) -> None:
-    """One line naming the first divergence, then exit status 1, when a policy was not lossless."""
-    if doc["lossless"]:
-        return
-    f = doc["lossless_failures"][0]
-    print(f"validate: error: not lossless: {f['policy']} request {f['request']} (repeat {f['repeat']}) diverges from "
-          f"greedy decoding at position {f['position']} (expected token {f['expected']}, got {f['got']})", file=sys.stderr)
-    raise typer.Exit(1)
+def missed_targets(doc: dict) -> list[str]:
+    """The fidelity targets of a comparison that were missed, each in words."""
+    tg, missed = doc["targets"], []
+    if not tg["mae_pct"]["met"]:
+        missed.append(f"mean absolute error {doc['mae_pct']:.2f}% > {tg['mae_pct']['target']:g}%")
+    if not tg["worst_pct"]["met"]:
+        missed.append(f"worst error {doc['worst_pct']:.2f}% > {tg['worst_pct']['target']:g}%")
+    if not tg["ranking_preserved"]["met"]:
+        missed.append("the simulated ranking of the policies differs from the measured one")
+    w = tg.get("winner_faster_than_confidence")
+    if w is not None and not w["met"]:
+        missed.append("the winner was not faster than confidence in measured time")
+    return missed
+
+
+def _exit_on_failed_checks(doc: dict, no_fail: bool) -> None:
+    """Exit 1 (not lossless) or 3 (a fidelity target missed, unless --no-fail), with one line saying why."""
+    if not doc["lossless"]:
+        f = doc["lossless_failures"][0]
+        print(f"validate: error: not lossless: {f['policy']} request {f['request']} (repeat {f['repeat']}) diverges from "
+              f"greedy decoding at position {f['position']} (expected token {f['expected']}, got {f['got']})", file=sys.stderr)
+        raise typer.Exit(1)
+    missed = missed_targets(doc)
+    if missed and not no_fail:
+        print(f"validate: error: fidelity target missed: {'; '.join(missed)} (--no-fail exits 0)", file=sys.stderr)
+        raise typer.Exit(3)
 
 
 @app.command()
@@ -202,8 +235,14 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="Print the comparison JSON instead of the table.")] = False,
     out: Annotated[Path | None, typer.Option(help="Write comparison.json and comparison.parquet here instead of into RUN "
                                                   "(for a committed run, e.g. the test fixture).")] = None,
+    no_fail: NoFail = False,
 ) -> None:
-    """Print the comparison table; (re)write comparison.json and comparison.parquet (in RUN, or --out)."""
+    """Print the comparison table; (re)write comparison.json and comparison.parquet (in RUN, or --out).
+
+    Exit status: 0 every check passed; 1 not lossless; 2 bad input; 3 a fidelity target missed
+    (mean or worst error, ranking, winner faster than confidence); 130 interrupted. --no-fail
+    turns 3 into 0.
+    """
     from validate.compare import compare_run
     from validate.report import render
 
@@ -211,14 +250,14 @@ def report(
         raise EcoSimError(f"{run_dir}: no such run directory")
     if hardware is not None and not hardware.is_file():
         raise EcoSimError(f"--hardware {hardware}: no such profile file")
-    if out is not None and out.exists() and not out.is_dir():
-        raise EcoSimError(f"--out {out}: exists and is not a directory")
+    if out is not None:
+        check_output(out, COMPARISON)
     doc = compare_run(run_dir, str(hardware) if hardware else None, out)
     if as_json:
         print(json.dumps(doc, indent=1))
     else:
         render(doc, wide_console())
-    _fail_unless_lossless(doc)
+    _exit_on_failed_checks(doc, no_fail)
 
 
 def main(argv: list[str] | None = None) -> int:

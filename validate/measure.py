@@ -34,10 +34,16 @@ import polars as pl
 import torch
 
 from ecosim.errors import EcoSimError
+from ecosim.outputs import RUN_MARKER, VALIDATE_RUN, check_output
+from ecosim.predictors import KINDS
 from ecosim.predictors import check_name as check_predictor_name
-from ecosim.trace.io import Trace, read_trace
+from ecosim.predictors.kfold import check_requests
+from ecosim.trace.io import Trace, read_manifest, read_trace
+from ecosim.trace.schema import MANIFEST
+from ecosim.tree_config import TREE
 from tracer.loading import check_device, resolve
 from tracer.pair import Pair, load_pair
+from tracer.prompts import read_prompts
 from validate.bench import ModelBench
 from validate.calibrate import (
     Calibration, Case, CalibConfig, Samples, cpu_name, fit, grid_design, measure, memory_bytes, profile, trace_design,
@@ -159,9 +165,9 @@ class RunConfig:
     threads: int | None = 1
     max_new_tokens: int = 48
     max_prompts: int | None = None
-    depth: int = 7
-    topk: int = 10
-    max_nodes: int = 60
+    depth: int = TREE.depth
+    topk: int = TREE.topk
+    max_nodes: int = TREE.max_nodes
     repeats: int = 3
     clock: str = "wall"
     hardware: Path | None = None
@@ -170,14 +176,13 @@ class RunConfig:
     progress: bool = True
     command: str = ""
     contexts_from_trace: bool = True  # calibrate at the trace's shortest and longest contexts
+    force: bool = False  # replace a validate run already in `out`
 
     def check(self) -> None:
         if self.repeats < 1:
             raise EcoSimError(f"--repeats {self.repeats}: must be at least 1")
         if self.trace is None and not self.prompts:
             raise EcoSimError("--prompts is needed (or --trace, a trace recorded earlier with the same model)")
-        if self.out.exists() and not self.out.is_dir():
-            raise EcoSimError(f"--out {self.out}: exists and is not a directory")
         if self.hardware is not None and not self.hardware.is_file():
             raise EcoSimError(f"--hardware {self.hardware}: no such profile file")
         missing = [p for p in self.prompts if not p.exists()]
@@ -185,10 +190,21 @@ class RunConfig:
             raise EcoSimError(f"--prompts {missing[0]}: no such file or directory")
         if self.max_new_tokens < 1:
             raise EcoSimError(f"--max-new-tokens {self.max_new_tokens}: must be at least 1")
+        if self.trace is not None and not (self.trace / MANIFEST).is_file():
+            raise EcoSimError(f"--trace {self.trace}: no such trace (a directory with {MANIFEST})")
         for spec in self.choice.policies:
             if spec.predictor:
                 check_predictor_name(spec.predictor)
+        on_the_fly = sorted({s.predictor for s in self.choice.policies if s.predictor in KINDS})
+        if on_the_fly:  # k-fold over the requests: enough requests, checked before recording or loading anything
+            if self.trace is not None:
+                n, where = len(read_manifest(self.trace)["requests"]), f"--trace {self.trace}"
+            else:
+                n = len(read_prompts(self.prompts, self.max_prompts))
+                where = "--prompts" + (f" with --max-prompts {self.max_prompts}" if self.max_prompts else "")
+            check_requests(n, on_the_fly[0], where)
         check_one_device(self.device)
+        check_output(self.out, VALIDATE_RUN, force=self.force)
         resolve(self.model)  # a missing model fails here, before anything is written
 
 
@@ -268,6 +284,7 @@ def run_validation(cfg: RunConfig, say: Any = None) -> dict[str, Any]:
         torch.set_num_threads(cfg.threads)
     clock = make_clock(cfg.clock, cfg.device)  # before anything slow: a bad --clock fails at once
     cfg.out.mkdir(parents=True, exist_ok=True)
+    (cfg.out / RUN_MARKER).touch()
     if cfg.trace is None:
         say(f"recording the trace of the prompts into {cfg.out / 'trace'}")
         trace_path = _record(cfg)

@@ -1,7 +1,9 @@
 """The `ecosim` command line: one typer app, one module per group of commands.
 
 Every user error (a bad path, value, unit or trace) is one line on stderr and exit status 2,
-never a traceback; `--help` on every command says what each option means.
+never a traceback; `--help` on every command says what each option means. `make_app` and `run`
+are shared by the three programs (`ecosim`, `tracer`, `validate`): one look (rich help panels,
+readable at 80 columns) and one way to report errors and interrupts.
 """
 
 from __future__ import annotations
@@ -11,20 +13,21 @@ import sys
 import typer
 from rich.console import Console
 
-from ecosim.errors import EcoSimError
+from ecosim.errors import EcoSimError, Interrupted
 
 try:  # typer >= 0.20 vendors its own copy of click; its exceptions are the ones raised
     from typer._click import exceptions as click
 except ImportError:  # pragma: no cover - older typer on the real click
     from click import exceptions as click  # type: ignore[no-redef]
 
-app = typer.Typer(
-    name="ecosim",
-    help="Trace-driven simulator of cost-aware speculative decoding on Mixture-of-Experts models.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+
+
+def make_app(name: str, help: str) -> typer.Typer:
+    """A typer app with the settings every program and command group shares."""
+    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+
+app = make_app("ecosim", "Trace-driven simulator of cost-aware speculative decoding on Mixture-of-Experts models.")
 
 
 def wide_console() -> Console:
@@ -37,8 +40,13 @@ def fail(message: str) -> None:
     raise EcoSimError(message)
 
 
+def _say(prog: str, text: str) -> None:
+    print(f"{prog}: {' '.join(text.split())}", file=sys.stderr)  # always one line
+
+
 def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
-    """Run a typer app; user errors become one line on stderr and exit status 2.
+    """Run a typer app; user errors become one line on stderr and exit status 2, naming the help
+    of the command that was run (`see 'ecosim replay --help'`); Ctrl-C is exit status 130.
 
     With standalone_mode=False, click does not raise a command's `typer.Exit(n)` (nor `ctx.exit(n)`)
     to us: it returns n. That return value is the exit status; anything else a command returns
@@ -47,15 +55,22 @@ def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
     try:
         rv = app(args=argv, prog_name=prog, standalone_mode=False)
     except EcoSimError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        _say(prog, f"error: {e}")
         return 2
     except getattr(click, "NoArgsIsHelpError", ()):  # help was printed for a bare command
         return 0
-    except (click.UsageError, click.ClickException) as e:
-        print(f"{prog}: error: {e.format_message()} (see '{prog} --help')", file=sys.stderr)
+    except click.UsageError as e:
+        where = e.ctx.command_path if e.ctx is not None else prog
+        _say(prog, f"error: {e.format_message()} (see '{where} --help')")
         return 2
+    except click.ClickException as e:
+        _say(prog, f"error: {e.format_message()}")
+        return 2
+    except Interrupted as e:
+        _say(prog, str(e))
+        return 130
     except (typer.Abort, KeyboardInterrupt):
-        print(f"{prog}: aborted", file=sys.stderr)
+        _say(prog, "interrupted")
         return 130
     except typer.Exit as e:
         return e.exit_code

@@ -15,7 +15,8 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ecosim.cli import app, fail, wide_console
+from ecosim.cli import app, fail, make_app, wide_console
+from ecosim.outputs import PREDICTOR, check_output
 from ecosim.cli.options import BwEff, ComputeEff, CostMode, DraftTime, Overhead, cost_config
 from ecosim.predictors import BUILTIN, KINDS, ExpertPredictor, ScoringPredictor, Selection, get_predictor
 from ecosim.predictors.compare import group_label, markdown_table, pricing_label, summary_tables
@@ -23,10 +24,7 @@ from ecosim.predictors.evaluate import Tally, evaluate
 from ecosim.predictors.view import draft_view, fingerprint, request_ids, request_mask
 from ecosim.trace.io import Trace, find_traces, read_trace
 
-predictor_app = typer.Typer(
-    help="Train and evaluate expert predictors (what `ecospec` scores candidates with).",
-    no_args_is_help=True,
-)
+predictor_app = make_app("predictor", "Train and evaluate expert predictors (what `ecospec` scores candidates with).")
 app.add_typer(predictor_app, name="predictor")
 
 TraceArgs = Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces.")]
@@ -66,6 +64,7 @@ def train_cmd(
     max_rows: Annotated[int, typer.Option(min=1, help="context: train on at most this many rows (a seeded sample).")] = 100_000,
     folds: Annotated[int, typer.Option(min=2, help="context: folds of training requests its token feature is cross-fitted over.")] = 4,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the summary line.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace a predictor file already at --out (any other file is never replaced).")] = False,
 ) -> None:
     """Train a predictor on traces, holding out whole requests for `ecosim predictor eval`."""
     from ecosim.predictors.store import save
@@ -73,6 +72,7 @@ def train_cmd(
 
     if kind not in KINDS:
         fail(f"unknown predictor kind {kind!r}; known: {', '.join(KINDS)}")
+    check_output(out, PREDICTOR, force=force)
     selection = _selection(k, mass, max_size) or Selection()
     loaded = _read(traces)
     options: dict[str, Any] = {"alpha": alpha, "width": width}

@@ -20,24 +20,36 @@ from ecosim.cli.options import (
 from ecosim.cost import NOT_MODELLED
 from ecosim.metrics import Row
 from ecosim.placement import parse_placement
-from ecosim.policies import POLICIES, PolicySpec
+from ecosim.policies import DEFAULTS, POLICIES, PolicySpec
 from ecosim.replay import TraceReplay
-from ecosim.simulate import PolicyResult, compare
+from ecosim.simulate import AR, ORACLE, PolicyResult, compare, cost_model
 from ecosim.stream import StreamedReplay
 from ecosim.units import parse_quantity
 from ecosim.trace.io import find_traces, read_trace
 
-DEFAULT_PREDICTOR = "token"
+def _row_json(row: Row, spec: PolicySpec) -> dict[str, object]:
+    """One (trace, policy) row: the policy, the knobs it uses (only those), then the metrics."""
+    return {"policy": spec.name, "label": spec.label(), **spec.knobs(), **row.to_dict()}
 
 
-def _row_json(row: Row) -> dict[str, object]:
-    return row.to_dict()
+def used_text(used: dict[str, object], draft: dict[str, float]) -> str:
+    """The footer line of the values the replay priced with (defaults and profile fields resolved)."""
+    parts = [f"bw efficiency {used['bw_efficiency']:g}"]
+    if "compute_efficiency" in used:
+        parts.append(f"compute efficiency {used['compute_efficiency']:g}")
+    parts.append(f"step overhead {float(used['step_overhead_s']) * 1e6:.4g} us")  # type: ignore[arg-type]
+    if "overlap" in used:
+        parts.append(f"overlap {used['overlap']}")
+    if "link_latency_s" in used:
+        parts.append(f"link latency {float(used['link_latency_s']) * 1e6:.4g} us")  # type: ignore[arg-type]
+    parts.append("draft " + ", ".join(f"{v * 1e3:.4g} ms/step ({k})" for k, v in draft.items()))
+    return "used: " + "; ".join(parts)
 
 
 def _table(results: list[PolicyResult], title: str) -> Table:
     t = Table(title=title, title_justify="left")
     for col, just in (("trace", "left"), ("data", "left"), ("policy", "left"), ("tokens/step", "right"),
-                      ("experts/step", "right"), ("GB/token", "right"), ("ms/token", "right"),
+                      ("experts/step", "right"), ("GB/token", "right"), ("ms/token", "right"), ("tokens/s", "right"),
                       ("speedup vs ar", "right"), ("of oracle", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     n = len(results[0].rows)
@@ -51,7 +63,7 @@ def _table(results: list[PolicyResult], title: str) -> Table:
             t.add_row(
                 name if j == 0 else "", kind if j == 0 else "", res.spec.label(),
                 f"{row.tokens_per_step:.3f}", f"{row.experts_per_step:.1f}",
-                f"{row.expert_bytes_per_token / 1e9:.4g}", f"{row.time_per_token_s * 1e3:.4g}",
+                f"{row.expert_bytes_per_token / 1e9:.4g}", f"{row.time_per_token_s * 1e3:.4g}", f"{row.tokens_per_s:.4g}",
                 f"{row.speedup_vs_ar:.3f}x" if row.speedup_vs_ar else "-",
                 f"{row.oracle_fraction:.3f}" if row.oracle_fraction else "-",
                 end_section=j == len(results) - 1,
@@ -63,10 +75,10 @@ def _table(results: list[PolicyResult], title: str) -> Table:
 def replay(
     traces: Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces (searched recursively).")],
     policy: Annotated[str | None, typer.Option(help="ar, confidence, ecospec or oracle; default: all four side by side.")] = None,
-    budget: Annotated[int, typer.Option(help="Nodes a step may verify besides the root (EAGLE's total_token - 1).")] = 16,
-    lam: Annotated[float, typer.Option("--lambda", help="ecospec's cost weight: value - lambda x (new experts / (moe_layers x top_k)).")] = 0.5,
-    predictor: Annotated[str, typer.Option(help="Expert predictor ecospec scores with: token, freq or context (trained on the fly on the trace's other requests, k-fold), a predictor file from `ecosim predictor train`, oracle (true routing, an upper bound) or none.")] = DEFAULT_PREDICTOR,
-    score: Annotated[str, typer.Option(help="ecospec's score: difference (value - lambda*cost) or ratio (value / (1 + lambda*cost)).")] = "difference",
+    budget: Annotated[int, typer.Option(help="Nodes a step may verify besides the root (EAGLE's total_token - 1).")] = DEFAULTS.budget,
+    lam: Annotated[float, typer.Option("--lambda", help="ecospec's cost weight: value - lambda x (new experts / (moe_layers x top_k)).")] = DEFAULTS.lam,
+    predictor: Annotated[str, typer.Option(help="Expert predictor ecospec scores with: token, freq or context (trained on the fly on the trace's other requests, k-fold), a predictor file from `ecosim predictor train`, oracle (true routing, an upper bound) or none.")] = DEFAULTS.predictor,
+    score: Annotated[str, typer.Option(help="ecospec's score: difference (value - lambda*cost) or ratio (value / (1 + lambda*cost)).")] = DEFAULTS.score,
     hardware: Hardware = "h200",
     bw: Bw = None,
     peak: Peak = None,
@@ -115,30 +127,41 @@ def replay(
     else:
         replays = [TraceReplay(read_trace(p)) for p in paths]
 
+    serving: dict[str, dict[str, object]] = {}
     if engine == "des":
-        results = _des(replays, specs, device, place, config, arrivals, max_batch, prefetch, timeline)
+        results = _des(replays, specs, device, place, config, arrivals, max_batch, prefetch, timeline, serving)
     else:
         work = len(replays) * (len(specs) + 2)
         with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
             task = bar.add_task("replaying", total=work)
             results = compare(replays, specs, device, place, config, progress=lambda: bar.advance(task))
-    hw = {**device.to_dict(), "placement": str(place), "cost_mode": config.mode, "engine": engine,
-          "not_modelled": list(NOT_MODELLED)}
+    costs = [cost_model(r.trace, device, place, config) for r in replays]
+    used = {k: v for k, v in costs[0].applied().items() if k != "draft_time_s"}
+    draft = {r.trace.name: float(c.applied()["draft_time_s"]) for r, c in zip(replays, costs)}  # type: ignore[arg-type]
     if as_json:
-        main = next(r for r in results if r.spec == spec) if policy else next(r for r in results if r.spec.name == "ecospec")
+        hw = {k: v for k, v in device.to_dict().items() if v is not None}  # profile-only fields: in `used` instead
         out = {
-            "policy": main.spec.name, "budget": spec.budget, "lambda": spec.lam, "predictor": spec.predictor,
-            "score": spec.score, "placement": str(place), "hardware": hw,
-            "traces": [_row_json(r) for r in main.rows], "total": _row_json(main.total),
+            "hardware": hw, "placement": str(place), "cost_mode": config.mode, "engine": engine,
+            "used": {**used, "draft_time_s": draft},
+            "not_modelled": list(NOT_MODELLED),
+            "rows": [], "totals": [_row_json(r.total, r.spec) for r in results],
         }
-        if not policy:
-            out["compare"] = {r.spec.name: {"traces": [_row_json(x) for x in r.rows], "total": _row_json(r.total)} for r in results}
+        for i in range(len(replays)):  # one row per (trace, policy), trace by trace
+            for r in results:
+                row = r.rows[i]
+                d = {**_row_json(row, r.spec), "draft_time_s": draft[row.trace] if r.spec.speculative else 0.0}
+                if f"{row.trace}/{r.spec.label()}" in serving:
+                    d["serving"] = serving[f"{row.trace}/{r.spec.label()}"]
+                out["rows"].append(d)
         print(json.dumps(out, indent=1))
         return
     console = wide_console()
     title = (f"{device.name}, {device.hbm_bw / 1e12:.4g} TB/s, {place}, cost {config.mode}, engine {engine}"
              f"; ecospec predictor: {predictor}")
     console.print(_table(results, title))
+    console.print(used_text(used, draft), markup=False, highlight=False)
+    for key, s in serving.items():
+        console.print(serving_text(key, s), markup=False, highlight=False)
     console.print(f"[dim]not modelled: {'; '.join(NOT_MODELLED)}[/dim]")
     if any(r.synthetic for r in results[0].rows):
         console.print("[yellow]synthetic traces are generated, not measured: their figures illustrate the model only[/yellow]")
@@ -146,22 +169,36 @@ def replay(
         console.print("[dim]the oracle under offload prices every expert as a cache hit (a looser lower bound)[/dim]")
 
 
-def _des(replays, specs, device, place, config, arrivals, max_batch, prefetch, timeline) -> list[PolicyResult]:
-    """The event engine for the selection policies; ar and the oracle bound for the ratios."""
+def serving_text(key: str, s: dict[str, object]) -> str:
+    """One line of the des engine's serving metrics (ecosim/metrics.py defines them)."""
+    itl = s["inter_token_latency_s"]
+    ftl = s["first_step_latency_s"]
+    return (f"serving {key}: {s['throughput_tokens_per_s']:.4g} tokens/s, {s['throughput_requests_per_s']:.4g} requests/s, "
+            f"{s['forwards']} forwards; inter-token latency p50/p90/p99 {itl['p50'] * 1e3:.4g}/{itl['p90'] * 1e3:.4g}/"  # type: ignore[index]
+            f"{itl['p99'] * 1e3:.4g} ms; first decode step p50/p90/p99 {ftl['p50'] * 1e3:.4g}/{ftl['p90'] * 1e3:.4g}/"  # type: ignore[index]
+            f"{ftl['p99'] * 1e3:.4g} ms; TTFT {s['ttft_s']}")  # type: ignore[index]
+
+
+def _des(replays, specs, device, place, config, arrivals, max_batch, prefetch, timeline, serving) -> list[PolicyResult]:
+    """The event engine for the selection policies; ar and the oracle bound for the ratios.
+
+    `serving` is filled with each (trace, policy)'s serving metrics (des.DesResult.serving)."""
     from ecosim.des import DesConfig, des_run
     from ecosim.metrics import total
-    from ecosim.simulate import AR, ORACLE, cost_model
 
     cfg = DesConfig(arrivals, max_batch, prefetch)
-    ar = [des_run(r, AR, cost_model(r.trace, device, place, config), cfg).row for r in replays]
+    ar_runs = [des_run(r, AR, cost_model(r.trace, device, place, config), cfg) for r in replays]
+    ar = [x.row for x in ar_runs]
     oracle = [r.run(ORACLE, cost_model(r.trace, device, place, config)) for r in replays]
     out = []
     for spec in specs:
         if spec.name == "oracle":
             rows = oracle
         else:
-            runs = [des_run(r, spec, cost_model(r.trace, device, place, config), cfg) for r in replays]
+            runs = ar_runs if spec == AR else [des_run(r, spec, cost_model(r.trace, device, place, config), cfg) for r in replays]
             rows = [x.row for x in runs]
+            for x in runs:
+                serving[f"{x.row.trace}/{spec.label()}"] = x.serving()
             if timeline and spec == specs[-1 if specs[-1].name != "oracle" else -2]:
                 timeline.write_text(json.dumps({"traceEvents": runs[0].events, "displayTimeUnit": "ms"}))
         for row, a, o in zip(rows, ar, oracle):

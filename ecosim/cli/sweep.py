@@ -13,6 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ecosim.cli import app, fail, wide_console
+from ecosim.outputs import SWEEP, check_output
+from ecosim.policies import DEFAULTS
 from ecosim.cli.options import BwEff, ComputeEff, CostMode, DraftTime, LinkBw, Overhead, PcieBw, Peak, cost_config
 
 Policies = Annotated[str, typer.Option("--policy", help="Comma list of ar, confidence, ecospec, oracle; ar and oracle rows are always computed (the ratios need them).")]
@@ -54,15 +56,17 @@ def _winner_table(doc: dict[str, Any]) -> Table:
     t = Table(title=f"winners ({doc['objective']}"
                     + (f", tokens/step >= {doc['constraints']['min_tokens_per_step']:g}" if doc["constraints"]["min_tokens_per_step"] is not None else "")
                     + f", over {len(doc['traces'])} traces)", title_justify="left")
-    for col in ("pricing", "configuration", "tokens/step", "experts/step", "ms/token", "speedup vs ar", "of oracle", "candidates"):
+    for col in ("pricing", "configuration", "tokens/step", "experts/step", "PCIe GB/token", "ms/token", "tokens/s",
+                "speedup vs ar", "of oracle", "candidates"):
         t.add_column(col, justify="left" if col in ("pricing", "configuration") else "right")
     for w in doc["winners"]:
         p = w["predicted"]
         if p is None:
-            t.add_row(_pricing(w), "(none meets the constraint)", "-", "-", "-", "-", "-", str(w["candidates"]))
+            t.add_row(_pricing(w), "(none meets the constraint)", "-", "-", "-", "-", "-", "-", "-", str(w["candidates"]))
             continue
         t.add_row(_pricing(w), _knobs(w["config"]), f"{p['tokens_per_step']:.3f}", f"{p['experts_per_step']:.1f}",
-                  _ms(p["time_per_token_s"]), f"{p['speedup_vs_ar']:.3f}x", f"{p['oracle_fraction']:.3f}", str(w["candidates"]))
+                  f"{p['pcie_bytes_per_token'] / 1e9:.4g}", _ms(p["time_per_token_s"]), f"{p['tokens_per_s']:.4g}",
+                  f"{p['speedup_vs_ar']:.3f}x", f"{p['oracle_fraction']:.3f}", str(w["candidates"]))
     return t
 
 
@@ -71,10 +75,10 @@ def sweep(
     traces: Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces (searched recursively).")],
     out: Annotated[Path, typer.Option("--out", help="Sweep directory: parts/, results.parquet, winner.json; rerun into it to resume.")],
     policy: Policies = "ar,confidence,ecospec",
-    lam: Lambdas = "0.5",
-    budget: Budgets = "16",
-    predictor: Predictors = "oracle",
-    score: Scores = "difference",
+    lam: Lambdas = f"{DEFAULTS.lam:g}",
+    budget: Budgets = str(DEFAULTS.budget),
+    predictor: Predictors = DEFAULTS.predictor,
+    score: Scores = DEFAULTS.score,
     hardware: HardwareList = "h200",
     bw: BwList = None,
     placement: PlacementList = "hbm",
@@ -107,6 +111,7 @@ def sweep(
 
     if objective not in OBJECTIVES:
         fail(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    check_output(out, SWEEP)  # a sweep directory is resumed; anything else is never written into
     if executor not in ("local", "ray"):
         fail(f"--executor must be local or ray, got {executor!r}")
     if executor == "ray":
@@ -148,17 +153,19 @@ def sweep(
                   file=sys.stderr)
             raise typer.Exit(130) from None
     d = outcome.dir
+    n_traces = len(outcome.winner["traces"])
+    n_configs = len(outcome.configs) // n_traces  # outcome.configs holds one entry per (configuration, trace)
     summary = {
         "dir": str(d), "results": str(d / "results.parquet"), "winner_file": str(d / "winner.json"),
-        "configurations": len(outcome.configs), "rows": outcome.results.height, "tasks_run": outcome.tasks,
+        "configurations": n_configs, "traces": n_traces, "rows": outcome.results.height, "tasks_run": outcome.tasks,
         "computed": outcome.computed, "skipped": outcome.skipped, "winner": outcome.winner,
     }
     if as_json:
         print(json.dumps(summary, indent=1))
         return
     console = wide_console()
-    console.print(f"{d}: {len(outcome.configs)} configurations ({outcome.computed} computed, {outcome.skipped} already done) "
-                  f"over {len(outcome.winner['traces'])} traces -> results.parquet, winner.json")
+    console.print(f"{d}: {n_configs} configurations x {n_traces} trace{'s' * (n_traces != 1)} = {len(outcome.configs)} rows ({outcome.computed} "
+                  f"computed, {outcome.skipped} already done) -> results.parquet, winner.json")
     console.print(_winner_table(outcome.winner))
     if any(t["synthetic"] for t in outcome.winner["traces"]):
         console.print("[yellow]synthetic traces are generated, not measured: their figures illustrate the model only[/yellow]")

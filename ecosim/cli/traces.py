@@ -13,6 +13,8 @@ from rich.table import Table
 
 from ecosim.catalog.models import MODELS, get_model
 from ecosim.cli import app, fail, wide_console
+from ecosim.outputs import TRACE, check_output
+from ecosim.tree_config import TREE, TreeShape
 from ecosim.synth import SynthConfig, write_synthetic
 from ecosim.trace.io import check_trace, find_traces, read_trace
 
@@ -68,9 +70,9 @@ def synth(
     model: Annotated[str, typer.Option(help=f"Catalogue shape: {', '.join(sorted(MODELS))}.")] = "deepseek-v3.1",
     requests: Annotated[int, typer.Option(min=1, help="Requests (task kinds cycle coding, reasoning, qa, dialogue).")] = 4,
     positions: Annotated[int, typer.Option(min=1, help="Positions per request.")] = 256,
-    depth: Annotated[int, typer.Option(min=1, max=64, help="Tree depth (speculative_num_steps).")] = 6,
-    topk: Annotated[int, typer.Option(min=1, max=64, help="Children per expanded node (eagle_topk).")] = 4,
-    max_nodes: Annotated[int, typer.Option(min=1, max=4096, help="Candidates kept besides the root.")] = 32,
+    depth: Annotated[int, typer.Option(min=1, max=64, help=TreeShape.help("depth"))] = TREE.depth,
+    topk: Annotated[int, typer.Option(min=1, max=64, help=TreeShape.help("topk"))] = TREE.topk,
+    max_nodes: Annotated[int, typer.Option(min=1, max=4096, help=TreeShape.help("max_nodes"))] = TREE.max_nodes,
     accept: Annotated[float, typer.Option(min=0.0, max=1.0, help="P(the target's next token is one of a node's draft children).")] = 0.8,
     confidence: Annotated[float, typer.Option(min=0.01, max=0.99, help="Mean draft probability of the top child.")] = 0.6,
     skew: Annotated[float, typer.Option(min=0.0, help="Zipf exponent of expert popularity (0 = uniform).")] = 1.0,
@@ -78,12 +80,12 @@ def synth(
     parent_affinity: Annotated[float, typer.Option(min=0.0, max=1.0, help="P(a routed slot copies the parent's expert).")] = 0.3,
     gates: Annotated[bool, typer.Option(help="Also write gate weights.")] = False,
     seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same trace.")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="Replace a synthetic trace already in OUT (a real, recorded trace is never replaced).")] = False,
 ) -> None:
     """Generate a synthetic trace (marked synthetic: an illustration of the model, never a measurement)."""
     if token_affinity + parent_affinity > 1:
         fail("--token-affinity + --parent-affinity must be at most 1")
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "manifest.json").is_file())):
-        fail(f"{out}: exists and is not a trace; refusing to overwrite it")  # before generating, not after
+    check_output(out, TRACE, force=force, keep_protected=True, flag="")  # before generating, not after
     shape = get_model(model)
     cfg = SynthConfig(requests, positions, depth, topk, max_nodes, accept, confidence, skew, token_affinity,
                       parent_affinity, gates=gates, seed=seed)

@@ -24,6 +24,17 @@ from ecosim.trace.io import Trace
 FOLDS = 4
 
 
+MIN_REQUESTS = 2  # a request is predicted by a model fitted on the others
+
+
+def check_requests(n: int, kind: str, where: str) -> None:
+    """Refuse a predictor trained on the fly (leave-requests-out) over fewer than MIN_REQUESTS requests."""
+    if n < MIN_REQUESTS:
+        raise EcoSimError(f"{where} holds {n} request{'s' * (n != 1)}; predictor {kind!r} by name is trained on the other "
+                          f"requests of the replayed trace, so it needs at least {MIN_REQUESTS} (or train a predictor "
+                          "file on other traces: ecosim predictor train)")
+
+
 class KFoldPredictor(ExpertPredictor):
     """Fits `kind` `folds` times per trace, each fold's requests predicted by the others' model."""
 
@@ -65,10 +76,7 @@ class KFoldPredictor(ExpertPredictor):
     def fold_of(self, trace: Trace) -> dict[int, int]:
         """Request id -> fold (a seeded deal of the trace's requests)."""
         reqs = request_ids(trace)
-        if len(reqs) < 2:
-            raise EcoSimError(f"trace {trace.name} has {len(reqs)} request; predictor {self.kind!r} by name is trained "
-                              "on the other requests of the replayed trace, so it needs at least 2 (or train a "
-                              "predictor file on other traces: ecosim predictor train)")
+        check_requests(len(reqs), self.kind, str(trace.path))
         n = min(self.folds, len(reqs))
         perm = np.random.default_rng(self.seed).permutation(len(reqs))
         return {reqs[j]: i % n for i, j in enumerate(perm)}

@@ -15,7 +15,7 @@ Columns of results.parquet: the configuration (config_id, trace_path, trace_fing
 budget, lambda, predictor, score, hardware, hbm_bw, placement; knobs a policy ignores are null), then
 the fields of `ecosim replay --json` rows (metrics.Row.to_dict(): trace, synthetic, requests, tokens,
 steps, verified, expert_loads, expert_bytes, pcie_bytes, time_s, speedup_vs_ar, oracle_fraction,
-tokens_per_step, experts_per_step, expert_bytes_per_token, pcie_bytes_per_token, time_per_token_s).
+tokens_per_step, experts_per_step, expert_bytes_per_token, pcie_bytes_per_token, time_per_token_s, tokens_per_s).
 Ratios compare each row with the `ar` and `oracle` rows of the same trace and pricing.
 """
 
@@ -52,7 +52,7 @@ RAW_SCHEMA: dict[str, pl.DataType] = {
 DERIVED_SCHEMA: dict[str, pl.DataType] = {
     "speedup_vs_ar": pl.Float64(), "oracle_fraction": pl.Float64(), "tokens_per_step": pl.Float64(),
     "experts_per_step": pl.Float64(), "expert_bytes_per_token": pl.Float64(),
-    "pcie_bytes_per_token": pl.Float64(), "time_per_token_s": pl.Float64(),
+    "pcie_bytes_per_token": pl.Float64(), "time_per_token_s": pl.Float64(), "tokens_per_s": pl.Float64(),
 }
 PART_SCHEMA = {**CONFIG_SCHEMA, **RAW_SCHEMA}
 RESULTS_SCHEMA = {**CONFIG_SCHEMA, **RAW_SCHEMA, **DERIVED_SCHEMA}

@@ -67,7 +67,7 @@ OBJECTIVES = ("time_per_token", "speedup_vs_ar")
 PRICING = ["hardware", "hbm_bw", "placement"]
 KNOBS = ["policy", "budget", "lambda", "predictor", "score"]
 FIGURES = ("tokens", "steps", "time_s", "time_per_token_s", "tokens_per_step", "experts_per_step",
-           "expert_bytes_per_token", "pcie_bytes_per_token", "speedup_vs_ar", "oracle_fraction")
+           "expert_bytes_per_token", "pcie_bytes_per_token", "tokens_per_s", "speedup_vs_ar", "oracle_fraction")
 
 
 def versions() -> dict[str, str]:

@@ -103,6 +103,11 @@ def _load_manifest(path: Path) -> dict[str, Any]:
     return m
 
 
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """A trace's manifest alone (parsed, not checked): for a cheap look before any work."""
+    return _load_manifest(Path(path))
+
+
 def _parquet(path: Path, name: str) -> pq.ParquetFile:
     f = path / name
     if not f.is_file():

@@ -98,7 +98,7 @@ def test_calibrate_run_report(tmp_path, tiny_pair_dir, prompts_path, capsys):
     run = tmp_path / "run"
     code = main(["run", "--model", str(tiny_pair_dir), "--draft", str(tiny_pair_dir / "target"), "--prompts", str(prompts_path),
                  "--max-prompts", "2", "--winner", str(w), "--out", str(run), "--max-new-tokens", "10", "--repeats", "2",
-                 "--calib-tokens", "1,4", "--calib-repeats", "1", "--quiet", *TREE_FLAGS])
+                 "--calib-tokens", "1,4", "--calib-repeats", "1", "--quiet", "--no-fail", *TREE_FLAGS])
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "lossless: yes" in out.out
@@ -120,7 +120,7 @@ def test_calibrate_run_report(tmp_path, tiny_pair_dir, prompts_path, capsys):
     assert pl.read_parquet(run / "comparison.parquet").height == 3
 
     # report: re-priced with the profile from `validate calibrate`
-    assert main(["report", str(run), "--hardware", str(prof)]) == 0
+    assert main(["report", str(run), "--hardware", str(prof), "--no-fail"]) == 0
     assert "lossless: yes" in capsys.readouterr().out
     assert json.loads((run / "comparison.json").read_text())["hardware"]["profile"] == str(prof)
 

@@ -57,3 +57,24 @@ def test_report_of_a_run_that_was_not_lossless_exits_1(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err == ("validate: error: not lossless: ar request 2 (repeat 1) diverges from greedy decoding at position 5 "
                    "(expected token 7, got 9)")
+
+
+def test_a_missed_fidelity_target_exits_3_unless_no_fail(tmp_path, capsys, monkeypatch):
+    """The fixture meets the targets (2.06% mean error); with a 1% target it misses one: exit 3, one line."""
+    import validate.compare
+
+    monkeypatch.setitem(validate.compare.TARGETS, "mae_pct", 1.0)
+    assert main(["report", str(FIXTURE), "--out", str(tmp_path / "a")]) == 3
+    out = capsys.readouterr()
+    assert "MISSED" in out.out
+    err = out.err.strip().splitlines()
+    assert err == ["validate: error: fidelity target missed: mean absolute error 2.06% > 1% (--no-fail exits 0)"]
+    assert main(["report", str(FIXTURE), "--out", str(tmp_path / "b"), "--no-fail"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_exit_codes_are_in_the_help(capsys):
+    for cmd in ("run", "report"):
+        assert main([cmd, "--help"]) == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert "3 a fidelity target missed" in text and "1 not lossless" in text and "--no-fail" in text
