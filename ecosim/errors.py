@@ -5,5 +5,7 @@ class EcoSimError(Exception):
     """A problem with the user's input (a path, a value, a trace), reported without a traceback."""
 
 
-class Interrupted(Exception):
-    """Ctrl-C during long work; the message says what was kept and how to resume (exit status 130)."""
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during long work; the message says what was kept and how to resume (exit status 130).
+
+    A KeyboardInterrupt still, so code that cleans up on Ctrl-C sees it as one."""

@@ -92,7 +92,10 @@ class RecordConfig:
             raise TracerError(f"--max-prompts {self.max_prompts}: must be at least 1")
         if self.resume and self.force:
             raise TracerError("--resume and --force exclude each other")
-        check_output(self.out, TRACE, force=self.force, resume=self.resume, can_resume=True)
+        try:
+            check_output(self.out, TRACE, force=self.force, resume=self.resume, can_resume=True)
+        except EcoSimError as e:
+            raise TracerError(str(e)) from None
 
 
 class Recording:

@@ -23,8 +23,13 @@ except ImportError:  # pragma: no cover - older typer on the real click
 
 
 def make_app(name: str, help: str) -> typer.Typer:
-    """A typer app with the settings every program and command group shares."""
-    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+    """A typer app with the settings every program and command group shares.
+
+    Help is click's plain layout: typer's rich panels squeeze six columns into 80 and cut option
+    names (`--compute-efficie…`), and their markup eats bracketed text such as `[top_k, ...]`.
+    """
+    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                       rich_markup_mode=None)
 
 
 app = make_app("ecosim", "Trace-driven simulator of cost-aware speculative decoding on Mixture-of-Experts models.")
@@ -57,7 +62,11 @@ def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
     except EcoSimError as e:
         _say(prog, f"error: {e}")
         return 2
-    except getattr(click, "NoArgsIsHelpError", ()):  # help was printed for a bare command
+    except getattr(click, "NoArgsIsHelpError", ()) as e:  # a bare command: its help
+        try:
+            print(e.ctx.get_help() if e.ctx is not None else f"usage: {prog} COMMAND --help")
+        except BrokenPipeError:
+            pass
         return 0
     except click.UsageError as e:
         where = e.ctx.command_path if e.ctx is not None else prog

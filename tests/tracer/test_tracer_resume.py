@@ -45,10 +45,11 @@ def test_interrupted_then_resumed_equals_uninterrupted(stop_after, tiny_dirs, pr
     out = tmp_path / "cut"
     with monkeypatch.context() as m:
         m.setattr(tracer.record, "verify_tree", flaky)
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt) as e:
             run_record(_cfg(model, prompts_file, out))
     partial = check_trace(out)
     counts = [r["positions"] for r in partial["requests"]]
+    assert f"interrupted; {sum(counts)} of " in str(e.value) and f"positions committed to {out}" in str(e.value)
     assert partial["recorded_on"]["complete"] is False
     assert sum(counts) <= stop_after and all(c % OPTS["chunk"] == 0 or c == OPTS["max_new_tokens"] for c in counts)
     with pytest.raises(tracer.record.TracerError, match="--resume"):
