@@ -219,10 +219,11 @@ def compare_cmd(
 
     if markdown and as_json:
         fail("--markdown and --json are alternatives")
-    if score not in g.SCORES:
-        fail(f"--score must be one of {', '.join(g.SCORES)}, got {score!r}")
-    names = g.parse_predictors(predictor)
-    lambdas = g.parse_lambdas(lam)
+    if "," in score:
+        fail(f"--score {score!r}: one score, not a list")
+    score = g.parse_axis("score", score)[0]
+    names = g.parse_axis("predictor", predictor)
+    lambdas = g.parse_axis("lambda", lam)
     settings = g.Settings(cost=cost_config(cost, bw_efficiency, compute_efficiency, step_overhead, draft_time))
     pricings = [g.Pricing(h, b, p) for h in g.parse_hardware(hardware) for b in g.parse_bandwidths(bw)
                 for p in g.parse_placements(placement)]

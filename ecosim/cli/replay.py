@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -13,6 +13,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from ecosim.cli import app, fail, wide_console
+from ecosim.cli.adapter import knob_options, with_options
 from ecosim.cli.options import (
     Bw, BwEff, ComputeEff, CostMode, Devices, DraftTime, Hardware, HardwareArgs, LinkBw, Overhead,
     PcieBw, Peak, Placement, cost_config, placement_text,
@@ -20,14 +21,13 @@ from ecosim.cli.options import (
 from ecosim.cost import NOT_MODELLED
 from ecosim.metrics import Row
 from ecosim.placement import parse_placement
-from ecosim.policies import POLICIES, PolicySpec
+from ecosim.policies import PolicySpec, registry
 from ecosim.replay import TraceReplay
-from ecosim.simulate import PolicyResult, compare
+from ecosim.simulate import Engine, PolicyResult, compare
 from ecosim.stream import StreamedReplay
 from ecosim.units import parse_quantity
 from ecosim.trace.io import find_traces, read_trace
 
-DEFAULT_PREDICTOR = "token"
 
 
 def _row_json(row: Row) -> dict[str, object]:
@@ -60,13 +60,11 @@ def _table(results: list[PolicyResult], title: str) -> Table:
 
 
 @app.command()
+@with_options("knobs", lambda: knob_options(registry.knobs()))
 def replay(
     traces: Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces (searched recursively).")],
-    policy: Annotated[str | None, typer.Option(help="ar, confidence, ecospec or oracle; default: all four side by side.")] = None,
-    budget: Annotated[int, typer.Option(help="Nodes a step may verify besides the root (EAGLE's total_token - 1).")] = 16,
-    lam: Annotated[float, typer.Option("--lambda", help="ecospec's cost weight: value - lambda x (new experts / (moe_layers x top_k)).")] = 0.5,
-    predictor: Annotated[str, typer.Option(help="Expert predictor ecospec scores with: token, freq or context (trained on the fly on the trace's other requests, k-fold), a predictor file from `ecosim predictor train`, oracle (true routing, an upper bound) or none.")] = DEFAULT_PREDICTOR,
-    score: Annotated[str, typer.Option(help="ecospec's score: difference (value - lambda*cost) or ratio (value / (1 + lambda*cost)).")] = "difference",
+    policy: Annotated[str | None, typer.Option(help=f"{', '.join(registry.names())}; default: all side by side.")] = None,
+    knobs: dict[str, Any] | None = None,
     hardware: Hardware = "h200",
     bw: Bw = None,
     peak: Peak = None,
@@ -92,43 +90,48 @@ def replay(
     Every policy's time is compared with plain decoding (`ar`) and with the oracle bound under the
     same cost model. Real and synthetic traces are labelled in the output.
     """
-    if policy is not None and policy not in POLICIES:
-        fail(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    knobs = knobs or {}
+    names = [registry.get(policy).name] if policy is not None else list(registry.names())
     if engine not in ("fast", "des"):
         fail(f"--engine must be fast or des, got {engine!r}")
     if engine == "fast" and (timeline or prefetch or max_batch > 1 or arrivals != "sequential"):
         fail("--timeline, --prefetch, --max-batch and --arrivals need --engine des")
-    spec = PolicySpec(policy or "ecospec", budget, lam, predictor, score)  # type: ignore[arg-type]
-    specs = [spec] if policy else [PolicySpec(p, budget, lam, predictor, score) for p in POLICIES]  # type: ignore[arg-type]
+    specs = [PolicySpec(n, **knobs) for n in names]
     device = HardwareArgs(hardware, bw, peak, link_bw, pcie_bw).device()
     place = parse_placement(placement_text(placement, devices))
     config = cost_config(cost, bw_efficiency, compute_efficiency, step_overhead, draft_time)
-    if any(s.name == "ecospec" for s in specs):
-        from ecosim.predictors import get_predictor
-        get_predictor(predictor)  # fail early on an unknown predictor
+    used = {k.name: k for s in specs for k in s.policy.knobs}
+    for k in used.values():
+        if k.resolve:
+            k.resolve(knobs[k.name])  # fail early (an unknown predictor), before any work
     paths = find_traces([str(p) for p in traces])
     if max_memory:
         if engine == "des":
             fail("--max-memory replays with the fast engine only")
         budget_bytes = parse_quantity(max_memory, "bytes")
-        replays = [StreamedReplay(p, budget_bytes) for p in paths]
+        replays: list[Engine] = [StreamedReplay(p, budget_bytes) for p in paths]
+    elif engine == "des":
+        from ecosim.des import DesConfig, DesReplay  # simpy loads only when asked for
+
+        replays = [DesReplay(TraceReplay(read_trace(p)), DesConfig(arrivals, max_batch, prefetch)) for p in paths]
     else:
         replays = [TraceReplay(read_trace(p)) for p in paths]
 
-    if engine == "des":
-        results = _des(replays, specs, device, place, config, arrivals, max_batch, prefetch, timeline)
-    else:
-        work = len(replays) * (len(specs) + 2)
-        with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
-            task = bar.add_task("replaying", total=work)
-            results = compare(replays, specs, device, place, config, progress=lambda: bar.advance(task))
+    work = len(replays) * (len(specs) + 2)
+    with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task("replaying", total=work)
+        results = compare(replays, specs, device, place, config, progress=lambda: bar.advance(task))
+    run = [s for s in specs if not s.policy.is_bound]
+    if timeline and replays and run:  # the first trace's timeline of the last policy that is not a bound
+        events = replays[0].events[run[-1]]  # type: ignore[attr-defined]
+        timeline.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
     hw = {**device.to_dict(), "placement": str(place), "cost_mode": config.mode, "engine": engine,
           "not_modelled": list(NOT_MODELLED)}
     if as_json:
-        main = next(r for r in results if r.spec == spec) if policy else next(r for r in results if r.spec.name == "ecospec")
+        main = results[0] if policy else next(r for r in results if r.spec.name == registry.DEFAULT)
         out = {
-            "policy": main.spec.name, "budget": spec.budget, "lambda": spec.lam, "predictor": spec.predictor,
-            "score": spec.score, "placement": str(place), "hardware": hw,
+            "policy": main.spec.name, **{k.key: knobs[k.name] for k in registry.knobs()},
+            "placement": str(place), "hardware": hw,
             "traces": [_row_json(r) for r in main.rows], "total": _row_json(main.total),
         }
         if not policy:
@@ -136,35 +139,12 @@ def replay(
         print(json.dumps(out, indent=1))
         return
     console = wide_console()
-    title = (f"{device.name}, {device.hbm_bw / 1e12:.4g} TB/s, {place}, cost {config.mode}, engine {engine}"
-             f"; ecospec predictor: {predictor}")
+    resolved = "".join(f"; {'/'.join(s.name for s in specs if s.policy.knob(k.name))} {k.key}: {knobs[k.name]}"
+                       for k in used.values() if k.resolve)  # the knobs naming something loaded: the predictor
+    title = f"{device.name}, {device.hbm_bw / 1e12:.4g} TB/s, {place}, cost {config.mode}, engine {engine}{resolved}"
     console.print(_table(results, title))
     console.print(f"[dim]not modelled: {'; '.join(NOT_MODELLED)}[/dim]")
     if any(r.synthetic for r in results[0].rows):
         console.print("[yellow]synthetic traces are generated, not measured: their figures illustrate the model only[/yellow]")
     if place.kind == "offload":
         console.print("[dim]the oracle under offload prices every expert as a cache hit (a looser lower bound)[/dim]")
-
-
-def _des(replays, specs, device, place, config, arrivals, max_batch, prefetch, timeline) -> list[PolicyResult]:
-    """The event engine for the selection policies; ar and the oracle bound for the ratios."""
-    from ecosim.des import DesConfig, des_run
-    from ecosim.metrics import total
-    from ecosim.simulate import AR, ORACLE, cost_model
-
-    cfg = DesConfig(arrivals, max_batch, prefetch)
-    ar = [des_run(r, AR, cost_model(r.trace, device, place, config), cfg).row for r in replays]
-    oracle = [r.run(ORACLE, cost_model(r.trace, device, place, config)) for r in replays]
-    out = []
-    for spec in specs:
-        if spec.name == "oracle":
-            rows = oracle
-        else:
-            runs = [des_run(r, spec, cost_model(r.trace, device, place, config), cfg) for r in replays]
-            rows = [x.row for x in runs]
-            if timeline and spec == specs[-1 if specs[-1].name != "oracle" else -2]:
-                timeline.write_text(json.dumps({"traceEvents": runs[0].events, "displayTimeUnit": "ms"}))
-        for row, a, o in zip(rows, ar, oracle):
-            row.compare(a, o)
-        out.append(PolicyResult(spec, rows, total(rows).compare(total(ar), total(oracle))))
-    return out
