@@ -3,4 +3,6 @@
 This package never imports torch or transformers: a laptop with a trace directory needs only it.
 """
 
-__version__ = "0.1.0"
+from ecosim.version import __version__
+
+__all__ = ["__version__"]

@@ -1,7 +1,7 @@
 """`ecosim predictor train | eval | compare`: expert predictors for `ecospec`.
 
 The metrics `eval` prints are defined once, in ecosim/predictors/evaluate.py; those of `compare`
-(best lambda, gain, the fraction of the oracle's gain kept) in ecosim/predictors/compare.py.
+(best lambda, gain, the fraction of the oracle's gain kept) in ecosim/analysis/predictor_compare.py.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from ecosim.analysis.predictor_compare import compare, group_label, markdown_table, pricing_label, summary_tables, to_dict
 from ecosim.cli import app, fail, wide_console
 from ecosim.cli.options import BwEff, ComputeEff, CostMode, DraftTime, Overhead, cost_config
 from ecosim.predictors import BUILTIN, KINDS, ExpertPredictor, ScoringPredictor, Selection, get_predictor
-from ecosim.predictors.compare import group_label, markdown_table, pricing_label, summary_tables
 from ecosim.predictors.evaluate import Tally, evaluate
 from ecosim.predictors.view import draft_view, fingerprint, request_ids, request_mask
 from ecosim.trace.io import Trace, find_traces, read_trace
@@ -212,9 +212,8 @@ def compare_cmd(
 
     Reports experts and tokens per step, time per token, and the fraction of the oracle predictor's
     gain (confidence's time per token minus ecospec's) each predictor keeps, per group of traces
-    (same shape, real or synthetic) and pricing. Definitions: ecosim/predictors/compare.py.
+    (same shape, real or synthetic) and pricing. Definitions: ecosim/analysis/predictor_compare.py.
     """
-    from ecosim.predictors.compare import compare, to_dict
     from ecosim.sweep import grid as g
 
     if markdown and as_json:

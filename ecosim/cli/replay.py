@@ -19,6 +19,7 @@ from ecosim.cli.options import (
     PcieBw, Peak, Placement, cost_config, placement_text,
 )
 from ecosim.cost import NOT_MODELLED
+from ecosim.des import DesConfig, DesReplay
 from ecosim.metrics import Row
 from ecosim.placement import parse_placement
 from ecosim.policies import PolicySpec, registry
@@ -111,8 +112,6 @@ def replay(
         budget_bytes = parse_quantity(max_memory, "bytes")
         replays: list[Engine] = [StreamedReplay(p, budget_bytes) for p in paths]
     elif engine == "des":
-        from ecosim.des import DesConfig, DesReplay  # simpy loads only when asked for
-
         replays = [DesReplay(TraceReplay(read_trace(p)), DesConfig(arrivals, max_batch, prefetch)) for p in paths]
     else:
         replays = [TraceReplay(read_trace(p)) for p in paths]

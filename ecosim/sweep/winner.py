@@ -58,11 +58,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-import ecosim
 from ecosim.errors import EcoSimError
 from ecosim.metrics import Row, total
 from ecosim.policies import registry
 from ecosim.sweep.results import RAW_SCHEMA
+from ecosim.version import __version__
 
 SCHEMA, VERSION = "ecosim-winner", 1
 OBJECTIVES = ("time_per_token", "speedup_vs_ar")
@@ -78,7 +78,7 @@ FIGURES = ("tokens", "steps", "time_s", "time_per_token_s", "tokens_per_step", "
 
 
 def versions() -> dict[str, str]:
-    return {"ecosim": ecosim.__version__, "numpy": np.__version__, "python": platform.python_version()}
+    return {"ecosim": __version__, "numpy": np.__version__, "python": platform.python_version()}
 
 
 def _row(rec: dict[str, Any]) -> Row:
