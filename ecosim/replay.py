@@ -1,6 +1,6 @@
 """The fast engine: replay a policy over a trace, vectorised with numpy.
 
-A replay in four moves, following TRACE_FORMAT.md's loop:
+A replay in four moves, following docs/TRACE_FORMAT.md's loop:
 1. select a subtree at *every* position (selection never depends on the trajectory);
 2. walk each request: from pos, step to pos + accepted + 1 (cheap: integers only);
 3. pack the true experts of the selected nodes of the visited positions into bitsets and OR them
