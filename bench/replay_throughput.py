@@ -49,12 +49,11 @@ def prepare(r: TraceReplay, spec: PolicySpec) -> None:
     """The per-trace work a sweep shares across configurations."""
     t = r.trees
     _ = t.cum_logprob, t.accepted, t.accept_len, t.chain, t.tree_of_row, t.levels
-    if spec.name == "ecospec":
-        r.offsets(spec.predictor)
-    if spec.name == "confidence":
-        r.confidence_rank()
-    if spec.name == "oracle":
+    if spec.policy.is_bound:
         r.chain_unions()
+    else:  # a selection leaves its per-trace work (ranks, predictions, offsets) behind; forget the rest
+        r.selection(spec)
+        r.forget()
 
 
 def measure(report: Report, label: str, path: Path, repeat: int) -> Trace:

@@ -1,6 +1,12 @@
 """EcoSim: trace-driven simulation of cost-aware speculative decoding on MoE models.
 
 This package never imports torch or transformers: a laptop with a trace directory needs only it.
+
+`ecosim.replay(...)` and `ecosim.sweep(...)` are the Python API (api.py). The modules of the same
+names stay importable as always (`from ecosim.replay import TraceReplay`).
 """
 
-__version__ = "0.1.0"
+from ecosim.version import __version__  # noqa: I001  (first: modules below read it)
+from ecosim.api import replay, sweep  # the Python API (api.py); shadows the modules' names on the package
+
+__all__ = ["__version__", "replay", "sweep"]

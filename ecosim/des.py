@@ -29,7 +29,8 @@ from ecosim.cost import CostModel
 from ecosim.errors import EcoSimError
 from ecosim.metrics import Row
 from ecosim.policies import PolicySpec
-from ecosim.replay import Steps, TraceReplay
+from ecosim.replay import Steps, TraceReplay, make_row
+from ecosim.trace.io import Trace
 
 
 @dataclass(frozen=True)
@@ -222,13 +223,37 @@ class _Server:
                 copies[layer].succeed()
 
 
+@dataclass
+class DesReplay:
+    """The event engine as a simulate.Engine: selection policies run as events; the bound is a
+    shortest path, not a trajectory, so it comes from the fast engine. Each run's timeline events
+    are kept by spec (the CLI writes one to a Chrome trace)."""
+
+    replay: TraceReplay
+    cfg: DesConfig = field(default_factory=DesConfig)
+    events: dict[PolicySpec, list[dict[str, object]]] = field(default_factory=dict)
+    serving: dict[PolicySpec, dict[str, object]] = field(default_factory=dict)  # DesResult.serving() by spec
+
+    @property
+    def trace(self) -> Trace:
+        return self.replay.trace
+
+    def run(self, spec: PolicySpec, cost: CostModel) -> Row:
+        if spec.policy.is_bound:
+            return self.replay.run(spec, cost)
+        result = des_run(self.replay, spec, cost, self.cfg)
+        self.events[spec] = result.events
+        self.serving[spec] = result.serving()
+        return result.row
+
+
 def des_run(replay: TraceReplay, spec: PolicySpec, cost: CostModel, cfg: DesConfig = DesConfig()) -> DesResult:
     """Replay one policy over one trace on the event engine."""
-    if spec.name == "oracle":
-        raise EcoSimError("the oracle is a bound computed by dynamic programming; use --engine fast for it")
+    if spec.policy.is_bound:
+        raise EcoSimError(f"{spec.name} is a bound computed by dynamic programming; use --engine fast for it")
     if cfg.max_batch < 1:
         raise EcoSimError(f"--max-batch must be >= 1, got {cfg.max_batch}")
-    steps = replay.steps(spec)
+    steps = replay.steps(spec, cost)
     env = simpy.Environment()
     server = _Server(env, replay, steps, cost, cfg)
     times = arrival_times(cfg.arrivals, len(server.order), cfg.seed)
@@ -249,19 +274,8 @@ def des_run(replay: TraceReplay, spec: PolicySpec, cost: CostModel, cfg: DesConf
     else:
         env.process(scheduled(times))
     env.run()
-    eb = float(replay.trace.model.expert_bytes)
-    row = Row(
-        trace=replay.trace.name,
-        synthetic=replay.trace.synthetic,
-        requests=len(replay.trace.manifest["requests"]),
-        tokens=int(steps.tokens.sum()),
-        steps=len(steps.tokens),  # per request: a forward verifying k requests is k steps (metrics.py)
-        verified=int(steps.verified.sum()),
-        expert_loads=server.loads,
-        expert_bytes=server.loads * eb,
-        pcie_bytes=server.misses * eb,
-        time_s=server.busy,
-    )
+    # steps per request: a forward verifying k requests is k steps (metrics.py)
+    row = make_row(replay.trace, steps, len(steps.tokens), server.loads, server.misses, server.busy)
     latencies = [server.finished[r] - server.arrived[r] for r in server.order]
     return DesResult(row, latencies, float(env.now), server.events, server.n_steps,
                      [server.first_step[r] for r in server.order], server.inter_token)

@@ -1,6 +1,6 @@
 """The fast engine: replay a policy over a trace, vectorised with numpy.
 
-A replay in four moves, following TRACE_FORMAT.md's loop:
+A replay in four moves, following docs/TRACE_FORMAT.md's loop:
 1. select a subtree at *every* position (selection never depends on the trajectory);
 2. walk each request: from pos, step to pos + accepted + 1 (cheap: integers only);
 3. pack the true experts of the selected nodes of the visited positions into bitsets and OR them
@@ -16,7 +16,9 @@ that produced the selection, only on the selection itself.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -25,9 +27,10 @@ from ecosim.cache import ExpertCache
 from ecosim.cost import CostModel
 from ecosim.metrics import Row
 from ecosim.oracle import shortest_path
-from ecosim.policies import PolicySpec, confidence_rank, ecospec_offsets, ecospec_order, select_ar, select_confidence
+from ecosim.errors import EcoSimError
+from ecosim.policies import Context, PolicySpec
+from ecosim.policies.base import picked
 from ecosim.predictors import ExpertPredictor, get_predictor
-from ecosim.predictors.base import OraclePredictor
 from ecosim.trace.io import Trace
 from ecosim.tree import Trees
 
@@ -70,24 +73,59 @@ def union_bits(trace: Trace, trees: Trees, selected: np.ndarray, visited: np.nda
     return bitsets.pack_groups(trace.experts_3d(), step, n, trace.model.num_experts, rows=rows)
 
 
+class Memo:
+    """Values computed once per key, grouped by kind; a kind is dropped as a whole when the work it
+    serves is done. A view shares some kinds with the memo it came from and starts the others empty."""
+
+    def __init__(self, kinds: dict[str, dict[Hashable, Any]] | None = None):
+        self.kinds: dict[str, dict[Hashable, Any]] = kinds if kinds is not None else {}
+
+    def _of(self, kind: str) -> dict[Hashable, Any]:
+        return self.kinds.setdefault(kind, {})
+
+    def get(self, kind: str, key: Hashable, make: Callable[[], Any]) -> Any:
+        d = self._of(kind)
+        if key not in d:
+            d[key] = make()
+        return d[key]
+
+    def peek(self, kind: str, key: Hashable) -> Any:
+        return self._of(kind).get(key)
+
+    def put(self, kind: str, key: Hashable, value: Any) -> None:
+        self._of(kind)[key] = value
+
+    def pop(self, kind: str, key: Hashable) -> Any:
+        return self._of(kind).pop(key, None)
+
+    def drop(self, *kinds: str) -> None:
+        for k in kinds:
+            self._of(k).clear()
+
+    def share(self, *kinds: str) -> Memo:
+        return Memo({k: self._of(k) for k in kinds})
+
+    def size(self, *kinds: str) -> int:
+        return sum(len(self._of(k)) for k in kinds)
+
+
+# How long what TraceReplay keeps lives:
+TRACE = "trace"  # per trace, whatever the policy: predictions, ranks, offsets, the oracle's chain unions
+ROWS = "rows"  # priced rows by (selection fingerprint, cost model): shared by a worker's views
+ORDERS = "orders"  # ordered policies' pick orders, by knobs less the budget (one serves every budget)
+SELECTIONS = ("masks", "digests", "steps", "misses")  # per selection: its mask until walked, its
+# fingerprint, its walk and unions (shared by identical selections), its offload cache walks
+
+
 @dataclass
 class TraceReplay:
-    """Replays of one trace under many policies and cost models, sharing what they can."""
+    """Replays of one trace under many policies and cost models, sharing what they can (see `Memo`
+    and the kinds above: nothing is keyed by object identity)."""
 
     trace: Trace
     predictors: dict[str, ExpertPredictor] = field(default_factory=dict)
+    memo: Memo = field(default_factory=Memo)
     _trees: Trees | None = None
-    _predicted: dict[str, np.ndarray] = field(default_factory=dict)
-    _steps: dict[PolicySpec, Steps] = field(default_factory=dict)
-    _offsets: dict[str, np.ndarray] = field(default_factory=dict)
-    _chain: tuple[np.ndarray, np.ndarray] | None = None
-    _rank: np.ndarray | None = None
-    _misses: dict[tuple[int, int, str], tuple[Steps, np.ndarray]] = field(default_factory=dict)
-    _digests: dict[PolicySpec, bytes] = field(default_factory=dict)  # selection fingerprints
-    _masks: dict[PolicySpec, np.ndarray] = field(default_factory=dict)  # selections fingerprinted, not yet walked
-    _shared: dict[tuple[bytes, bool], Steps] = field(default_factory=dict)  # steps by selection
-    _rows: dict[tuple[bytes, bool, tuple], Row] = field(default_factory=dict)  # priced rows by selection
-    _orders: dict[tuple[float, str, str], tuple[int, np.ndarray]] = field(default_factory=dict)  # ecospec pick orders
 
     @property
     def trees(self) -> Trees:
@@ -95,82 +133,85 @@ class TraceReplay:
             self._trees = Trees(self.trace)
         return self._trees
 
+    def predictor(self, name: str) -> ExpertPredictor:
+        return self.predictors.get(name) or get_predictor(name)
+
     def predicted(self, name: str) -> np.ndarray:
-        if name not in self._predicted:
-            pred = self.predictors.get(name) or get_predictor(name)
-            self._predicted[name] = pred.predict(self.trace)
-        return self._predicted[name]
+        return self.memo.get(TRACE, ("predicted", name), lambda: self.predictor(name).predict(self.trace))
 
-    def offsets(self, name: str) -> np.ndarray:
-        """ecospec's buffer offsets of a predictor's experts (cached: no budget or lambda in them)."""
-        if name not in self._offsets:
-            # the true routing of a trace read with its checks has no repeated ids in a layer
-            distinct = isinstance(self.predictors.get(name) or get_predictor(name), OraclePredictor)
-            self._offsets[name] = ecospec_offsets(self.predicted(name), self.trace.model.num_experts, distinct=distinct)
-        return self._offsets[name]
+    def context(self, cost: CostModel | None = None) -> Context:
+        return Context(self.trees, self.trace.model, self.predicted, self.predictor,
+                       lambda key, make: self.memo.get(TRACE, key, make), cost)
 
-    def confidence_rank(self) -> np.ndarray:
-        """`confidence`'s rank of every node within its tree (cached: one sort serves every budget)."""
-        if self._rank is None:
-            self._rank = confidence_rank(self.trees)
-        return self._rank
+    def _key(self, spec: PolicySpec, cost: CostModel | None) -> tuple:
+        """What a selection depends on: the spec's cache key, and the pricing for a priced policy."""
+        return spec.cache_key() + ((_cost_key(cost),) if spec.policy.priced else ())
 
-    def selection(self, spec: PolicySpec) -> np.ndarray:
-        t = self.trees
-        if spec.name == "ar":
-            return select_ar(t)
-        if spec.name == "confidence":
-            return select_confidence(t, spec.budget, rank=self.confidence_rank())
-        if spec.name == "ecospec":
-            return (t.depth == 0) | (self.ecospec_order(spec) < spec.budget)
-        raise ValueError(f"{spec.name} is not a selection policy")
+    def selection(self, spec: PolicySpec, cost: CostModel | None = None) -> np.ndarray:
+        """The policy's mask at every position. An ordered policy's pick order is kept by its knobs
+        less the budget and grown when a larger budget asks: one order serves every smaller budget."""
+        policy = spec.policy
+        if policy.priced and cost is None:
+            raise EcoSimError(f"policy {spec.name} selects by the cost model: give one")
+        ctx = self.context(cost if policy.priced else None)
+        if policy.order is None:
+            return policy.selection(ctx, spec.values)
+        budget = spec.values[policy.budget]
+        key = spec.cache_key(without=policy.budget) + ((_cost_key(cost),) if policy.priced else ())
+        kept = self.memo.peek(ORDERS, key)
+        if kept is None or kept[0] < budget:
+            order, covers = policy.order(ctx, spec.values)
+            kept = (covers, order)
+            self.memo.put(ORDERS, key, kept)
+        return picked(self.trees, kept[1], budget)
 
-    def ecospec_order(self, spec: PolicySpec) -> np.ndarray:
-        """ecospec's pick order for spec's lambda, predictor and score, grown to at least its budget
-        (cached: a run at budget B serves every budget <= B; see policies.ecospec_order)."""
-        key = (spec.lam, spec.predictor, spec.score)
-        if key not in self._orders or self._orders[key][0] < spec.budget:
-            m = self.trace.model
-            order = ecospec_order(self.trees, spec.budget, spec.lam, self.predicted(spec.predictor), m.num_experts, m.top_k,
-                                  spec.score, offsets=self.offsets(spec.predictor) if spec.budget else None)
-            self._orders[key] = (spec.budget, order)
-        return self._orders[key][1]
-
-    def steps(self, spec: PolicySpec) -> Steps:
-        """Walk and unions of a selection policy (cached; independent of the cost model). Specs
-        whose selections are identical share one Steps object (and so its cache walks)."""
-        key = self._key(spec)
-        if key not in self._steps:
-            t = self.trees
-            selected = self._masks.pop(key, None)
-            if selected is None:
-                selected = self.selection(spec)
-            shared = (self._digests.setdefault(key, _digest(selected)), spec.speculative)
-            if shared not in self._shared:
-                accept = t.selected_accept_len(selected)
-                visited = walk(t, accept)
-                self._shared[shared] = self._make_steps(visited, accept[visited], t.selected_count(selected)[visited],
-                                                        union_bits(self.trace, t, selected, visited),
-                                                        np.full(len(visited), spec.speculative))
-            self._steps[key] = self._shared[shared]
-        return self._steps[key]
-
-    def digest(self, spec: PolicySpec) -> bytes:
+    def digest(self, spec: PolicySpec, cost: CostModel | None = None) -> bytes:
         """A fingerprint of the policy's selection at every position (selecting it if need be; the
-        mask is kept for `steps` until it is used)."""
-        key = self._key(spec)
-        if key not in self._digests:
-            selected = self.selection(spec)
-            self._digests[key] = _digest(selected)
-            if key not in self._steps:
-                self._masks[key] = selected
-        return self._digests[key]
+        mask is kept for `steps` until it is walked)."""
+        key = self._key(spec, cost)
+
+        def make() -> bytes:
+            selected = self.selection(spec, cost)
+            self.memo.put("masks", key, selected)
+            return _digest(selected)
+
+        return self.memo.get("digests", key, make)
+
+    def steps(self, spec: PolicySpec, cost: CostModel | None = None) -> Steps:
+        """Walk and unions of a selection policy (cached; independent of the cost model unless the
+        policy is priced). Specs whose selections are identical share one Steps object."""
+        key = self._key(spec, cost)
+        shared = (self.digest(spec, cost), spec.speculative)
+
+        def make() -> Steps:
+            selected = self.memo.pop("masks", key)
+            if selected is None:
+                selected = self.selection(spec, cost)
+            t = self.trees
+            accept = t.selected_accept_len(selected)
+            visited = walk(t, accept)
+            return self._make_steps(visited, accept[visited], t.selected_count(selected)[visited],
+                                    union_bits(self.trace, t, selected, visited), np.full(len(visited), spec.speculative))
+
+        steps = self.memo.get("steps", shared, make)
+        self.memo.pop("masks", key)
+        return steps
 
     def forget(self) -> None:
-        """Drop what is kept per selection (steps, cache walks, priced rows); keep what is kept per
-        trace (trees, predictions and offsets, confidence ranks, chain unions)."""
-        for kept in (self._steps, self._misses, self._digests, self._masks, self._shared, self._rows, self._orders):
-            kept.clear()
+        """Drop what is kept per selection (steps, cache walks, priced rows, pick orders); keep what
+        is kept per trace (trees, predictions, ranks and offsets, the oracle's chain unions)."""
+        self.memo.drop(ROWS, ORDERS, *SELECTIONS)
+
+    def forget_steps(self) -> None:
+        """Drop the walks, unions and cache walks of the selections made so far; keep pick orders
+        and priced rows (a sweep task ends: the next one reuses those)."""
+        self.memo.drop(*SELECTIONS)
+
+    def view(self) -> TraceReplay:
+        """A replay of the same trace that shares its per-trace work and its priced rows, with its
+        own pick orders and selections (a sweep worker's batch: dropped when the batch ends)."""
+        self.trees  # built once, before the view copies the reference
+        return TraceReplay(self.trace, self.predictors, self.memo.share(TRACE, ROWS), self._trees)
 
     def unions_everywhere(self, spec: PolicySpec) -> np.ndarray:
         """(positions, layers) union sizes of the policy's selection at *every* position (not only
@@ -203,16 +244,17 @@ class TraceReplay:
         """The oracle's cost-free part, cached: the union of the true experts of each accepted chain
         cut at every a <= A(p), (sum of A(p) + 1, layers, words) tree by tree, and the index of
         each tree's first (a = 0) entry."""
-        if self._chain is None:
-            t = self.trees
-            on_chain = t.chain >= 0  # a prefix of each row: depths 0..A(p)
-            prefix = bitsets.pack(self.trace.experts_3d()[t.chain[on_chain]], self.trace.model.num_experts)
-            first = (np.cumsum(t.accept_len + 1) - (t.accept_len + 1)).astype(np.int64)
-            for d in range(1, t.chain.shape[1]):
-                at = first[t.accept_len >= d] + d
-                prefix[at] |= prefix[at - 1]
-            self._chain = (prefix, first)
-        return self._chain
+        return self.memo.get(TRACE, "chain unions", self._chain_unions)
+
+    def _chain_unions(self) -> tuple[np.ndarray, np.ndarray]:
+        t = self.trees
+        on_chain = t.chain >= 0  # a prefix of each row: depths 0..A(p)
+        prefix = bitsets.pack(self.trace.experts_3d()[t.chain[on_chain]], self.trace.model.num_experts)
+        first = (np.cumsum(t.accept_len + 1) - (t.accept_len + 1)).astype(np.int64)
+        for d in range(1, t.chain.shape[1]):
+            at = first[t.accept_len >= d] + d
+            prefix[at] |= prefix[at - 1]
+        return prefix, first
 
     def _make_steps(self, visited: np.ndarray, accept: np.ndarray, verified: np.ndarray, bits: np.ndarray,
                     speculative: np.ndarray) -> Steps:
@@ -225,54 +267,45 @@ class TraceReplay:
         ctx = self.trace.positions["context_len"][visited].astype(np.int64)
         return Steps(req, visited, tokens, verified, bits, ctx, speculative)
 
-    @staticmethod
-    def _key(spec: PolicySpec) -> PolicySpec:
-        """Specs that select the same subtrees share one cache entry."""
-        if spec.name == "ar":
-            return PolicySpec("ar", 0, 0.0, "none")
-        if spec.name == "confidence":
-            return PolicySpec("confidence", spec.budget, 0.0, "none")
-        return spec
-
     def _union(self, bits: np.ndarray, cost: CostModel) -> np.ndarray:
         if cost.placement.kind == "ep":
             masks = bitsets.device_masks(self.trace.model.num_experts, cost.placement.devices)
             return bitsets.count_per_device(bits, masks)
         return bitsets.count(bits)
 
-    def price(self, steps: Steps, cost: CostModel, cache: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    def price(self, steps: Steps, cost: CostModel, cache: bool = True, key: Hashable | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Seconds per step and PCIe misses per step (offload walks its cache in step order;
-        `cache=False` prices every expert as a hit, as the oracle bound does)."""
-        misses = self.cache_misses(steps, cost) if cost.placement.kind == "offload" and cache else None
+        `cache=False` prices every expert as a hit, as the oracle bound does). `key` names the
+        selection the steps are of, so their cache walks are kept."""
+        misses = self.cache_misses(steps, cost, key) if cost.placement.kind == "offload" and cache else None
         union = self._union(steps.bits, cost)
         times = cost.layer_times(union, steps.verified, misses).sum(axis=1)
         times = times + cost.other_times(steps.verified, steps.context, speculative=False)
         times = times + np.where(steps.speculative, cost.draft_time(speculative=True), 0.0)
         return times, (misses.sum(axis=1) if misses is not None else np.zeros(len(steps)))
 
-    def cache_misses(self, steps: Steps, cost: CostModel) -> np.ndarray:
-        """(steps, layers) misses of the offload cache walked along `steps`. Kept per (steps,
-        capacity, eviction) for the steps this replay caches, since neither bandwidth nor device
-        changes them."""
+    def cache_misses(self, steps: Steps, cost: CostModel, key: Hashable | None = None) -> np.ndarray:
+        """(steps, layers) misses of the offload cache walked along `steps`. Kept per (selection
+        `key`, capacity, eviction) when a key is given, since neither bandwidth nor device changes them."""
         p = cost.placement
-        key = (id(steps), p.capacity, p.eviction)
-        if key in self._misses and self._misses[key][0] is steps:
-            return self._misses[key][1]
         m = self.trace.model
-        misses = ExpertCache(m.num_moe_layers, m.num_experts, p.capacity, p.eviction).walk(steps.bits)
-        if any(steps is s for s in self._steps.values()):
-            self._misses[key] = (steps, misses)
-        return misses
+
+        def make() -> np.ndarray:
+            return ExpertCache(m.num_moe_layers, m.num_experts, p.capacity, p.eviction).walk(steps.bits)
+
+        if key is None:
+            return make()
+        return self.memo.get("misses", (key, p.capacity, p.eviction), make)
 
     def run(self, spec: PolicySpec, cost: CostModel) -> Row:
-        """One policy's totals over this trace."""
-        if spec.name == "oracle":
+        """One policy's totals over this trace (the bound's shortest path for the bound)."""
+        if spec.policy.is_bound:
             return summarize(self, self.oracle_steps(cost), cost, cache=False)
-        key = (self.digest(spec), spec.speculative, _cost_key(cost))
-        if key not in self._rows:
-            self._rows[key] = summarize(self, self.steps(spec), cost)
-        self._masks.pop(self._key(spec), None)
-        return replace(self._rows[key])  # a copy: callers fill in its ratios
+        shared = (self.digest(spec, cost), spec.speculative)
+        row = self.memo.get(ROWS, (*shared, _cost_key(cost)),
+                            lambda: summarize(self, self.steps(spec, cost), cost, key=shared))
+        self.memo.pop("masks", self._key(spec, cost))
+        return replace(row)  # a copy: callers fill in its ratios
 
 
 def _digest(selected: np.ndarray) -> bytes:
@@ -284,20 +317,28 @@ def _cost_key(cost: CostModel) -> tuple:
     return (cost.model, cost.device, cost.placement, cost.config, cost.tree_depth, cost.draft_bytes)
 
 
-def summarize(replay: TraceReplay, steps: Steps, cost: CostModel, cache: bool = True, requests: int | None = None) -> Row:
+def summarize(replay: TraceReplay, steps: Steps, cost: CostModel, cache: bool = True, requests: int | None = None,
+              key: Hashable | None = None) -> Row:
     """Price `steps` and total them into a Row for `replay`'s trace (of `requests` requests)."""
-    times, misses = replay.price(steps, cost, cache=cache)
+    times, misses = replay.price(steps, cost, cache=cache, key=key)
     loads = int(bitsets.count(steps.bits).sum()) if len(steps) else 0
-    eb = float(replay.trace.model.expert_bytes)
+    return make_row(replay.trace, steps, len(steps), loads, float(misses.sum()), float(times.sum()), requests)
+
+
+def make_row(trace: Trace, steps: Steps, n_steps: int, loads: int, misses: float, time_s: float,
+             requests: int | None = None) -> Row:
+    """The Row of a replay of `trace` along `steps` (either engine: the event engine batches the
+    same steps into fewer forwards, so it gives its own step count, loads, misses and time)."""
+    eb = float(trace.model.expert_bytes)
     return Row(
-        trace=replay.trace.name,
-        synthetic=replay.trace.synthetic,
-        requests=len(replay.trace.manifest["requests"]) if requests is None else requests,
+        trace=trace.name,
+        synthetic=trace.synthetic,
+        requests=len(trace.manifest["requests"]) if requests is None else requests,
         tokens=int(steps.tokens.sum()),
-        steps=len(steps),
+        steps=n_steps,
         verified=int(steps.verified.sum()),
         expert_loads=loads,
         expert_bytes=loads * eb,
-        pcie_bytes=float(misses.sum()) * eb,
-        time_s=float(times.sum()),
+        pcie_bytes=misses * eb,
+        time_s=time_s,
     )

@@ -16,7 +16,6 @@ from pathlib import Path
 from ecosim.errors import EcoSimError
 from ecosim.outputs import REPORT_BUILD, REPORT_MARKER, check_output
 
-REPORTS = Path(__file__).resolve().parent.parent / "reports"
 ORDER = ("expert_scattering", "cost_vs_experts", "lambda_sweep", "pareto", "predictors", "fidelity", "reproduction")
 
 
@@ -26,12 +25,16 @@ class ReportConfig:
 
     traces: Path = Path("traces")
     out: Path = Path("reports/_build")
+    reports: Path = Path("reports")  # the notebooks' folder (the repository's, run from its root); run in its parent
     validation: Path | None = None  # a `validate report` folder (measured vs simulated)
     only: tuple[str, ...] = ()
 
 
-def notebooks(only: tuple[str, ...] = ()) -> list[Path]:
-    found = {p.stem: p for p in REPORTS.glob("*.py") if not p.name.startswith("_")}
+def notebooks(reports: Path = Path("reports"), only: tuple[str, ...] = ()) -> list[Path]:
+    """The notebooks of a reports folder, in reading order."""
+    if not reports.is_dir():
+        raise EcoSimError(f"{reports}: no such reports folder (run from the repository's root or give --reports DIR)")
+    found = {p.stem: p for p in reports.glob("*.py") if not p.name.startswith("_")}
     names = [n for n in ORDER if n in found] + sorted(set(found) - set(ORDER))
     unknown = set(only) - set(names)
     if unknown:
@@ -55,7 +58,7 @@ def build(cfg: ReportConfig, progress=None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     (out / REPORT_MARKER).touch()
     written = []
-    for src in notebooks(cfg.only):
+    for src in notebooks(cfg.reports, cfg.only):
         nb = jupytext.read(src)
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         params = {
@@ -68,7 +71,7 @@ def build(cfg: ReportConfig, progress=None) -> list[Path]:
         nbformat.write(nb, raw)
         try:
             papermill.execute_notebook(str(raw), str(raw), parameters=params, kernel_name="python3",
-                                       cwd=str(REPORTS.parent), progress_bar=False, log_output=False)
+                                       cwd=str(cfg.reports.resolve().parent), progress_bar=False, log_output=False)
         except papermill.PapermillExecutionError as e:
             raise EcoSimError(f"{src.name}: cell {e.exec_count} failed: {e.ename}: {str(e.evalue).splitlines()[0][:300]}") from None
         html, _ = HTMLExporter().from_notebook_node(nbformat.read(raw, as_version=4))

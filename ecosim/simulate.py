@@ -1,20 +1,35 @@
-"""Replay several policies over several traces and compare them against `ar` and the oracle."""
+"""Replay several policies over several traces and compare them against `ar` and the oracle.
+
+Every engine is an `Engine`: the fast one (replay.TraceReplay), the event one (des.DesReplay) and
+the streamed one (stream.StreamedReplay) each run one policy over one trace into a Row, and
+`compare` is the one loop that runs them and fills in the ratios.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from ecosim.catalog.devices import Device
 from ecosim.cost import CostConfig, CostModel
 from ecosim.metrics import Row, total
 from ecosim.placement import Placement
-from ecosim.policies import PolicySpec
-from ecosim.replay import TraceReplay
+from ecosim.policies import PolicySpec, registry
 from ecosim.trace.io import Trace
 
-AR = PolicySpec("ar")
-ORACLE = PolicySpec("oracle")
+AR = PolicySpec(registry.baseline().name)
+ORACLE = PolicySpec(registry.bound().name)
+
+
+class Engine(Protocol):
+    """Replays one trace: `trace` (its manifest at least: the cost model and labels read it) and
+    `run`, one policy's totals under one cost model (the bound included)."""
+
+    @property
+    def trace(self) -> Trace: ...
+
+    def run(self, spec: PolicySpec, cost: CostModel) -> Row: ...
 
 
 @dataclass
@@ -35,20 +50,17 @@ def cost_model(trace: Trace, device: Device, placement: Placement, config: CostC
 
 
 def compare(
-    replays: list[TraceReplay],
+    replays: list[Engine],
     specs: Iterable[PolicySpec],
     device: Device,
     placement: Placement,
     config: CostConfig,
-    engine: str = "fast",
     progress: Callable[[], None] | None = None,
 ) -> list[PolicyResult]:
     """Each policy over every trace, with speedup over `ar` and fraction of the oracle filled in."""
-    from ecosim.des import des_run  # local: simpy only loads when asked for
 
-    def one(r: TraceReplay, spec: PolicySpec) -> Row:
-        cost = cost_model(r.trace, device, placement, config)
-        row = des_run(r, spec, cost).row if engine == "des" and spec.name != "oracle" else r.run(spec, cost)
+    def one(r: Engine, spec: PolicySpec) -> Row:
+        row = r.run(spec, cost_model(r.trace, device, placement, config))
         if progress:
             progress()
         return row

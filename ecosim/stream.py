@@ -41,19 +41,20 @@ def concat(parts: list[Steps]) -> Steps:
 def run_streamed(path: Path, spec: PolicySpec, cost: CostModel, max_memory: float) -> Row:
     """One policy over one trace, never holding more than about `max_memory` bytes of nodes."""
     parts, first = [], None
+    bound = spec.policy.is_bound
     for chunk in iter_request_chunks(path, max_rows(path, max_memory)):
         replay = TraceReplay(chunk)
         first = first or replay
-        parts.append(replay.oracle_steps(cost) if spec.name == "oracle" else replay.steps(spec))
+        parts.append(replay.oracle_steps(cost) if bound else replay.steps(spec, cost))
     if first is None:
         raise ValueError(f"{path}: no requests")
     requests = len(_load_manifest(path)["requests"])
-    return summarize(first, concat(parts), cost, cache=spec.name != "oracle", requests=requests)
+    return summarize(first, concat(parts), cost, cache=not bound, requests=requests)
 
 
 @dataclass
 class StreamedReplay:
-    """Stands in for TraceReplay where the trace must not be loaded whole (see `compare`)."""
+    """The fast engine where the trace must not be loaded whole (a simulate.Engine)."""
 
     path: Path
     max_memory: float

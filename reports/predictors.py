@@ -21,7 +21,7 @@
 # 3. Experts loaded per step against tokens per step along each predictor's lambda curve, with
 #    `confidence` at the same budget and each predictor's best lambda marked.
 #
-# Definitions: `ecosim/predictors/compare.py`. The same numbers, on a finer lambda grid, come from
+# Definitions: `ecosim/analysis/predictor_compare.py`. The same numbers, on a finer lambda grid, come from
 # `ecosim predictor compare traces` (the README's table).
 
 # %% tags=["parameters"]
@@ -49,7 +49,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from ecosim.catalog.models import get_model
-from ecosim.predictors.compare import PREDICTORS, compare, markdown_table, summary_tables, to_dict
+from ecosim.analysis.predictor_compare import PREDICTORS, compare, markdown_table, summary_tables, to_dict
 from ecosim.sweep.grid import Pricing, parse_lambdas, parse_placements
 from ecosim.synth import SynthConfig, write_synthetic
 from ecosim.trace.io import read_trace

@@ -8,7 +8,7 @@ import pytest
 import typer.main
 
 from ecosim.cli import app
-from ecosim.policies import DEFAULTS
+from ecosim.policies.knobs import PREDICTOR
 from ecosim.synth import SynthConfig
 from ecosim.tree_config import TREE
 
@@ -25,13 +25,13 @@ def _defaults(typer_app, *path: str) -> dict[str, object]:
 def test_the_predictor_default_is_the_same_real_predictor_everywhere():
     import ecosim.cli.replay, ecosim.cli.sweep  # noqa: F401
 
-    assert DEFAULTS.predictor not in ("oracle", "none")  # bounds, not predictors a system can run
-    assert _defaults(app, "replay")["predictor"] == DEFAULTS.predictor
-    assert _defaults(app, "sweep")["predictor"] == DEFAULTS.predictor
+    assert PREDICTOR.default not in ("oracle", "none")  # bounds, not predictors a system can run
+    assert _defaults(app, "replay")["predictor"] == PREDICTOR.default
+    assert _defaults(app, "sweep")["predictor"] == PREDICTOR.default
     if HAS_TORCH:
         from validate.choice import from_flags
 
-        assert from_flags("ecospec", None, None, None, None).winner.predictor == DEFAULTS.predictor
+        assert from_flags("ecospec", {}).winner.predictor == PREDICTOR.default
 
 
 def test_the_tree_shape_is_defined_once():

@@ -28,7 +28,7 @@ def _figures(page) -> list[bytes]:
 def test_fidelity_on_the_committed_run(tmp_path):
     before = sorted(p.name for p in FIXTURE.iterdir())
     want = json.loads((FIXTURE / "expected.json").read_text())  # pins the committed run's comparison
-    (page,) = build(ReportConfig(traces=ROOT / "traces", out=tmp_path, only=("fidelity",)))
+    (page,) = build(ReportConfig(traces=ROOT / "traces", reports=ROOT / "reports", out=tmp_path, only=("fidelity",)))
     assert len(_figures(page)) == 2
     assert sorted(p.name for p in (tmp_path / "fidelity").glob("*.png")) == ["step_times.png", "time_per_token.png"]
     html = page.read_text()
@@ -46,6 +46,6 @@ def test_fidelity_reads_a_validate_report_folder(tmp_path):
     doc = compare_run(FIXTURE, out=folder)  # what `validate report RUN --out folder` writes
     doc["mae_pct"] = 1.234567  # marks that the notebook read this file rather than recomputing
     (folder / "comparison.json").write_text(json.dumps(doc))
-    (page,) = build(ReportConfig(traces=ROOT / "traces", out=tmp_path / "build", validation=folder, only=("fidelity",)))
+    (page,) = build(ReportConfig(traces=ROOT / "traces", reports=ROOT / "reports", out=tmp_path / "build", validation=folder, only=("fidelity",)))
     assert len(_figures(page)) == 2
     assert "mean absolute error 1.23%" in page.read_text()

@@ -19,7 +19,7 @@ from ecosim.errors import EcoSimError
 from ecosim.predictors import Selection, get_predictor
 from ecosim.metrics import Row
 from ecosim.predictors.base import Candidates, NoPredictor, OraclePredictor, top_ids
-from ecosim.predictors.compare import Outcome, Point, best_point, compare, gains
+from ecosim.analysis.predictor_compare import Outcome, Point, best_point, compare, gains
 from ecosim.predictors.evaluate import evaluate
 from ecosim.predictors.kfold import KFoldPredictor
 from ecosim.predictors.store import load, save
@@ -302,7 +302,7 @@ def test_predictor_for_another_shape_is_refused(traces: dict[str, Path], tmp_pat
 
 
 def test_ecosim_predictors_do_not_import_torch() -> None:
-    code = "import sys, ecosim.predictors, ecosim.predictors.context, ecosim.predictors.compare, ecosim.cli.predictor; assert 'torch' not in sys.modules"
+    code = "import sys, ecosim.predictors, ecosim.predictors.context, ecosim.analysis.predictor_compare, ecosim.cli.predictor; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -18,15 +18,15 @@ BUILD = ROOT / "reports" / "_build"  # CI keeps this folder as its artefact
 
 
 def test_every_notebook_is_known_and_in_order():
-    names = [p.stem for p in notebooks()]
+    names = [p.stem for p in notebooks(ROOT / "reports")]
     assert names == [n for n in ORDER if n in names]
     assert {"expert_scattering", "cost_vs_experts", "lambda_sweep", "pareto", "reproduction"} <= set(names)
 
 
 @pytest.mark.slow
 def test_build_all_notebooks_on_the_committed_traces():
-    pages = build(ReportConfig(traces=ROOT / "traces", out=BUILD))
-    assert [p.stem for p in pages] == [p.stem for p in notebooks()]
+    pages = build(ReportConfig(traces=ROOT / "traces", reports=ROOT / "reports", out=BUILD))
+    assert [p.stem for p in pages] == [p.stem for p in notebooks(ROOT / "reports")]
     for page in pages:
         html = page.read_text()
         images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)

@@ -81,10 +81,13 @@ def test_forget_keeps_the_trace_work_and_drops_the_rest(write):
     cost = cost_model(r.trace, get_device("h200"), parse_placement("offload:3"), CostConfig())
     spec = PolicySpec("ecospec", 6, 0.2, "oracle")
     first = r.run(spec, cost)
-    offsets = r.offsets("oracle")
+    kept = dict(r.memo.kinds["trace"])
+    assert ("predicted", "oracle") in kept and ("ecospec offsets", "oracle") in kept
     r.forget()
-    assert not (r._steps or r._rows or r._orders or r._misses) and r.offsets("oracle") is offsets
+    assert not r.memo.size("rows", "orders", "steps", "misses", "digests", "masks")
+    assert r.memo.kinds["trace"] == kept
     assert r.run(spec, cost) == first
+    assert all(r.memo.kinds["trace"][k] is v for k, v in kept.items())  # nothing per trace was redone
 
 
 def test_confidence_rank_table_and_sort_paths_agree(write):

@@ -59,18 +59,19 @@ def swept(traces, tmp_path_factory) -> Path:
 
 
 def test_ranges_include_their_stop_and_read_cleanly():
-    lam = g.parse_lambdas("0:2:0.05")
+    lam = g.parse_axis("lambda", "0:2:0.05")
     assert len(lam) == 41 and lam[0] == 0.0 and lam[-1] == 2.0 and lam[3] == 0.15
-    assert g.parse_lambdas("0:1:0.3") == [0.0, 0.3, 0.6, 0.9]
-    assert g.parse_budgets("8,16,32,60") == [8, 16, 32, 60]
-    assert g.parse_budgets("8:32:8,8,60") == [8, 16, 24, 32, 60]
+    assert g.parse_axis("lambda", "0:1:0.3") == [0.0, 0.3, 0.6, 0.9]
+    assert g.parse_axis("budget", "8,16,32,60") == [8, 16, 32, 60]
+    assert g.parse_axis("budget", "8:32:8,8,60") == [8, 16, 24, 32, 60]
     assert g.parse_bandwidths("2TB/s,3.3TB/s") == [2e12, 3.3e12] and g.parse_bandwidths(None) == [None]
     assert g.parse_placements("hbm,ep:8,offload:64,offload:64:lru") == ["hbm", "ep:8", "offload:64:lru"]
     assert g.parse_policies("ecospec,ar") == ["ar", "ecospec"]
 
 
 def test_unused_knobs_collapse_and_ar_oracle_are_always_there():
-    grid = g.Grid(["confidence"], [8, 16], [0.0, 1.0], ["oracle"], ["difference"], ["h200"], [None], ["hbm"])
+    grid = g.Grid(["confidence"], {"budget": [8, 16], "lam": [0.0, 1.0], "predictor": ["oracle"], "score": ["difference"]},
+                  ["h200"], [None], ["hbm"])
     assert grid.selections() == [g.Selection("ar"), g.Selection("confidence", 8), g.Selection("confidence", 16),
                                  g.Selection("oracle")]
 
@@ -91,7 +92,8 @@ def test_sweep_rows_equal_replay_json_rows(swept, traces, capsys):
             args += ["--lambda", repr(sel["lambda"]), "--predictor", sel["predictor"]]
         code, out, err = cli(capsys, *args)
         assert code == 0, err
-        want = json.loads(out)["traces"]
+        # one row per (trace, policy); the label and draft time are the replay's presentation, not results columns
+        want = [{k: v for k, v in r.items() if k not in ("label", "draft_time_s")} for r in json.loads(out)["rows"]]
         got = df.filter(*[pl.col(k).eq_missing(v) for k, v in sel.items()])
         assert got["trace_path"].to_list() == [str(t.resolve()) for t in traces]
         for w, r in zip(want, got.iter_rows(named=True)):
@@ -126,7 +128,8 @@ def test_killed_sweep_resumes_without_loss_or_duplicates(swept, traces, tmp_path
     assert r.returncode == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["skipped"] > 0 and summary["computed"] > 0
-    assert summary["skipped"] + summary["computed"] == summary["configurations"] == summary["rows"]
+    # computed and skipped count (configuration, trace) rows; configurations count settings
+    assert summary["skipped"] + summary["computed"] == summary["configurations"] * summary["traces"] == summary["rows"]
     assert len(_parts(out)) == before + summary["tasks_run"]
     assert not list((out / "parts").glob(".tmp-*"))  # a temporary the kill left is cleaned up
     got = _frame(out)
@@ -137,7 +140,7 @@ def test_killed_sweep_resumes_without_loss_or_duplicates(swept, traces, tmp_path
 def test_rerun_skips_everything_and_rewrites_identical_results(swept, traces, capsys):
     before = (swept / "results.parquet").read_bytes()
     s = sweep(capsys, traces, swept)
-    assert s["computed"] == 0 and s["skipped"] == s["configurations"] == 120 and s["tasks_run"] == 0
+    assert s["computed"] == 0 and s["skipped"] == s["configurations"] * s["traces"] == 120 and s["tasks_run"] == 0
     assert (swept / "results.parquet").read_bytes() == before
 
 
@@ -282,7 +285,7 @@ def test_raw_rows_rebuild_metrics_rows(swept):
 def test_errors_are_ecosim_errors():
     with pytest.raises(EcoSimError):
         g.parse_range("1:2:3:4", "lambda")
-    assert np.isclose(g.parse_lambdas("0.1:0.3:0.1")[-1], 0.3)
+    assert np.isclose(g.parse_axis("lambda", "0.1:0.3:0.1")[-1], 0.3)
 
 
 # ------------------------------------- the fast paths the sweep relies on equal their references

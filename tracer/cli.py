@@ -28,7 +28,7 @@ def record(
                                             "(or a pair directory with target/ and draft/), or a Hugging Face hub id.")],
     prompts: Annotated[list[Path], typer.Option(help="JSON Lines file of prompts ({\"task\", \"text\"|\"input_ids\"} a line); "
                                                      "repeatable; a directory stands for its *.jsonl.")],
-    out: Annotated[Path, typer.Option(help="Trace directory to write (see TRACE_FORMAT.md).")],
+    out: Annotated[Path, typer.Option(help="Trace directory to write (see docs/TRACE_FORMAT.md).")],
     draft: Annotated[str, typer.Option(help="Draft: 'default' (the registry's, or a pair directory's draft/), "
                                             "'early-exit:N' (the target's first N layers), a name, a directory or a hub id.")] = "default",
     max_new_tokens: Annotated[int, typer.Option(help="Positions (generated tokens) to record per prompt.")] = 64,

@@ -5,30 +5,30 @@ What is read from a winner file (anything else in it is kept only as context):
 - the document is either `ecosim sweep`'s winner.json (schema "ecosim-winner", a `winners` list, one
   entry per hardware x bandwidth x placement, each with a `config`), an object with a `config`, or a
   bare configuration object;
-- the configuration needs `policy` (ar, confidence or ecospec); `confidence` needs `budget`;
-  `ecospec` needs `budget`, `lambda` and `predictor`; `score` is optional (default "difference");
+- the configuration needs `policy` (a policy of the registry that is not the bound) and each of
+  that policy's knobs by column (`confidence` needs `budget`; `ecospec` needs `budget`, `lambda`
+  and `predictor`), except the optional ones, which take their defaults (`score`: "difference");
 - from a winners list the entry is `--entry N`, else the only entry with a configuration, else the
   only such entry placed on `hbm` (the one placement a single device runs); otherwise it is an error
   that lists the entries.
 
-The policies run are the winner, `ar` (the baseline every speedup is quoted against) and
-`confidence` at the winner's budget (the EAGLE-2 rerank the winner must beat), without duplicates.
+The policies run are the winner, the registry's baseline (`ar`, every speedup is quoted against it)
+and `confidence` at the winner's budget (the EAGLE-2 rerank the winner must beat; budget 16 when
+the winner has none), without duplicates.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ecosim.errors import EcoSimError
-from ecosim.policies import DEFAULTS, PolicySpec
+from ecosim.policies import PolicySpec, registry
+from ecosim.policies.knobs import BUDGET
 
-RUNNABLE = ("ar", "confidence", "ecospec")
-NEEDS = {"ar": ("policy",), "confidence": ("policy", "budget"), "ecospec": ("policy", "budget", "lambda", "predictor")}
-DEFAULT_BUDGET = DEFAULTS.budget
+RERANK = "confidence"  # the policy a winner must beat, at the winner's budget (the validation's design)
 
 
 @dataclass(frozen=True)
@@ -59,43 +59,23 @@ class Choice:
 
 
 def spec_dict(s: PolicySpec) -> dict[str, Any]:
-    return {"policy": s.name, "label": s.label(), "budget": s.budget, "lambda": s.lam, "predictor": s.predictor,
-            "score": s.score}
+    return {"policy": s.name, "label": s.label(), **{k: v for k, v in s.columns().items() if k != "policy"}}
 
 
 def spec_from_dict(d: dict[str, Any]) -> PolicySpec:
-    return PolicySpec(d["policy"], int(d["budget"]), float(d["lambda"]), str(d["predictor"]), d.get("score", "difference"))
+    return PolicySpec.from_columns(d, "policy", required=False)
 
 
 def _with_baselines(winner: PolicySpec, source: str, **kw: Any) -> Choice:
-    budget = winner.budget if winner.name != "ar" else DEFAULT_BUDGET
-    return Choice(winner, source, compared=(PolicySpec("ar", 0, 0.0, "none"), PolicySpec("confidence", budget, 0.0, "none")), **kw)
+    budget = winner.budget if winner.budget is not None else BUDGET.default
+    return Choice(winner, source, compared=(PolicySpec(registry.baseline().name), PolicySpec(RERANK, budget=budget)), **kw)
 
 
 def spec_from_config(cfg: Any, where: str) -> PolicySpec:
     """A PolicySpec from a configuration object; one-line EcoSimError naming what is missing."""
     if not isinstance(cfg, dict):
         raise EcoSimError(f"{where}: the configuration is not a JSON object")
-    name = cfg.get("policy")
-    if name not in RUNNABLE:
-        raise EcoSimError(f"{where}: policy {name!r} cannot be run; expected one of {', '.join(RUNNABLE)}")
-    missing = [k for k in NEEDS[name] if cfg.get(k) is None]
-    if missing:
-        raise EcoSimError(f"{where}: missing {', '.join(repr(k) for k in missing)} (a {name} winner needs "
-                          f"{', '.join(NEEDS[name])})")
-    b, lam = cfg.get("budget"), cfg.get("lambda")
-    b = 0 if b is None else b
-    lam = 0.0 if lam is None else lam
-    if isinstance(b, bool) or not isinstance(b, (int, float)) or int(b) != b or b < 0:
-        raise EcoSimError(f"{where}: budget must be a non-negative integer, got {cfg.get('budget')!r}")
-    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam < 0:
-        raise EcoSimError(f"{where}: lambda must be a finite number >= 0, got {cfg.get('lambda')!r}")
-    budget = int(b)
-    lam = float(lam)
-    if cfg.get("score") not in (None, "difference", "ratio"):
-        raise EcoSimError(f"{where}: score must be difference or ratio, got {cfg.get('score')!r}")
-    predictor = str(cfg.get("predictor") or "none")
-    return PolicySpec(name, budget, lam, predictor, cfg.get("score") or "difference")
+    return PolicySpec.from_columns(cfg, where)
 
 
 def read_winner(path: Path, entry: int | None = None) -> Choice:
@@ -137,10 +117,14 @@ def read_winner(path: Path, entry: int | None = None) -> Choice:
                            predicted=doc.get("predicted"))
 
 
-def from_flags(policy: str, budget: int | None, lam: float | None, predictor: str | None, score: str | None) -> Choice:
-    """The Choice given by --policy/--budget/--lambda/--predictor/--score."""
-    cfg = {"policy": policy, "budget": budget if budget is not None else (DEFAULT_BUDGET if policy != "ar" else None),
-           "lambda": lam if lam is not None else (DEFAULTS.lam if policy == "ecospec" else None),
-           "predictor": predictor if predictor is not None else (DEFAULTS.predictor if policy == "ecospec" else None),
-           "score": score}
-    return _with_baselines(spec_from_config(cfg, "--policy"), "flags")
+def from_flags(policy: str, knobs: dict[str, Any]) -> Choice:
+    """The Choice given by --policy and its knob flags (a knob not given takes its default)."""
+    given = {k.name: v for k in registry.knobs() if (v := knobs.get(k.name)) is not None}
+    entry = registry.get(policy) if policy in registry.runnable() else None
+    if entry is None:
+        raise EcoSimError(f"--policy: policy {policy!r} cannot be run; expected one of {', '.join(registry.runnable())}")
+    values = {k.name: given.get(k.name, k.default) for k in entry.knobs}
+    try:
+        return _with_baselines(PolicySpec(policy, **values), "flags")
+    except EcoSimError as e:
+        raise EcoSimError(f"--policy: {e}") from None

@@ -17,9 +17,10 @@ from typing import Annotated
 import typer
 
 from ecosim.cli import make_app, run, wide_console
+from ecosim.cli.adapter import knob_options, with_options
 from ecosim.errors import EcoSimError
 from ecosim.outputs import COMPARISON, PROFILE, check_output
-from ecosim.policies import DEFAULTS
+from ecosim.policies import registry
 from ecosim.tree_config import TREE, TreeShape
 
 app = make_app("validate", "Run a policy end to end on real hardware and compare with what the simulator predicts.")
@@ -132,18 +133,15 @@ def calibrate(
 
 
 @app.command("run")
+@with_options("knobs", lambda: knob_options(registry.knobs(), unset="With --policy:"))
 def run_cmd(
     model: Model,
     out: Annotated[Path, typer.Option(help="Run directory to write: trace/, profile.json, measured.json, steps.parquet, comparison.{json,parquet}.")],
     prompts: Annotated[list[Path] | None, typer.Option(help="JSON Lines prompt files (tracer record's format); repeatable. Not needed with --trace.")] = None,
     winner: Annotated[Path | None, typer.Option(help="winner.json of `ecosim sweep` (or any JSON with policy, budget, lambda, predictor).")] = None,
     entry: Annotated[int | None, typer.Option(help="Which entry of the winner file's `winners` list (default: the only one with a configuration).")] = None,
-    policy: Annotated[str | None, typer.Option(help="Instead of --winner: ar, confidence or ecospec.")] = None,
-    budget: Annotated[int | None, typer.Option(help=f"With --policy: nodes a step may verify besides the root (default {DEFAULTS.budget}).")] = None,
-    lam: Annotated[float | None, typer.Option("--lambda", help=f"With --policy ecospec: the cost weight (default {DEFAULTS.lam:g}).")] = None,
-    predictor: Annotated[str | None, typer.Option(help="With --policy ecospec: token, freq, context (trained on the fly, k-fold over the "
-                                                       f"trace's requests), a predictor file, oracle or none (default {DEFAULTS.predictor}).")] = None,
-    score: Annotated[str | None, typer.Option(help="With --policy ecospec: difference or ratio.")] = None,
+    policy: Annotated[str | None, typer.Option(help=f"Instead of --winner: {', '.join(registry.runnable())}.")] = None,
+    knobs: dict | None = None,
     draft: Draft = "default",
     device: DeviceOpt = "cpu",
     dtype: Dtype = "auto",
@@ -178,14 +176,16 @@ def run_cmd(
     from validate.measure import RunConfig, command_line, run_validation
     from validate.report import render
 
-    flags = [budget, lam, predictor, score]
-    if winner is not None and (policy is not None or any(f is not None for f in flags)):
-        raise EcoSimError("give --winner or --policy (with --budget/--lambda/--predictor/--score), not both")
+    knobs = knobs or {}
+    flags = "/".join(k.flag for k in registry.knobs())
+    given = any(v is not None for v in knobs.values())
+    if winner is not None and (policy is not None or given):
+        raise EcoSimError(f"give --winner or --policy (with {flags}), not both")
     if winner is None and policy is None:
-        if any(f is not None for f in flags):
-            raise EcoSimError("--budget/--lambda/--predictor/--score go with --policy")
+        if given:
+            raise EcoSimError(f"{flags} go with --policy")
         raise EcoSimError("say which policy to validate: --winner FILE or --policy NAME")
-    choice = read_winner(winner, entry) if winner is not None else from_flags(policy, budget, lam, predictor, score)  # type: ignore[arg-type]
+    choice = read_winner(winner, entry) if winner is not None else from_flags(policy, knobs)  # type: ignore[arg-type]
     contexts = _ints(calib_contexts, "--calib-contexts") if calib_contexts else None
     calib = CalibConfig(tokens=_ints(calib_tokens, "--calib-tokens"), repeats=calib_repeats, overlap=_overlap(overlap, device),
                         **({"contexts": contexts} if contexts else {}))

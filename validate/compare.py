@@ -61,7 +61,8 @@ from ecosim.predictors import get_predictor
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
 from ecosim.trace.io import read_trace
-from validate.choice import spec_from_dict
+from ecosim.policies import registry
+from validate.choice import RERANK, spec_dict, spec_from_dict
 
 TARGETS = {"mae_pct": 3.0, "worst_pct": 8.0}
 VALIDATE_NOT_MODELLED = (
@@ -145,7 +146,7 @@ def compare_run(run_dir: Path, hardware: str | None = None, out: Path | None = N
     cost = cost_model(trace, device, Placement(), CostConfig())
     m = trace.model
     specs = [spec_from_dict(d) for d in measured["policies"]]
-    predictors = {s.predictor: get_predictor(s.predictor) for s in specs if s.name == "ecospec"}
+    predictors = {s.predictor: get_predictor(s.predictor) for s in specs if s.predictor is not None}
     replay = TraceReplay(trace, predictors=predictors)
 
     policies, step_rows = [], []
@@ -165,8 +166,7 @@ def compare_run(run_dir: Path, hardware: str | None = None, out: Path | None = N
         row = replay.run(spec, cost)
         mt, stp = float(meas.sum()) / tokens, float(sim_steps.sum()) / tokens
         policies.append({
-            "policy": spec.name, "label": spec.label(), "budget": spec.budget, "lambda": spec.lam,
-            "predictor": spec.predictor, "score": spec.score,
+            **spec_dict(spec),
             "measured_time_per_token_s": mt, "simulated_time_per_token_s": row.time_per_token_s,
             "error_pct": _pct(row.time_per_token_s, mt),
             "step_model_time_per_token_s": stp, "step_model_error_pct": _pct(stp, mt),
@@ -178,7 +178,7 @@ def compare_run(run_dir: Path, hardware: str | None = None, out: Path | None = N
             "verify_s": float(st["verify_s"].mean()),
             "simulated_draft_s": float(cost.draft_time(spec.speculative)), "simulated_verify_s": float(sim_verify.mean()),
             "tokens_per_step": tokens / st.height,
-            "live_trees_in_trace": int(st["tree_in_trace"].fill_null(False).sum()) if spec.predictor == "oracle" and spec.name == "ecospec" else None,
+            "live_trees_in_trace": int(st["tree_in_trace"].fill_null(False).sum()) if spec.predictor == "oracle" else None,
             "peeks": int(st["peeked"].sum()),
         })
         for r, s_sim, b in zip(st.iter_rows(named=True), sim_steps, nbytes):
@@ -187,7 +187,7 @@ def compare_run(run_dir: Path, hardware: str | None = None, out: Path | None = N
                               "draft_s": r["draft_s"], "select_s": r["select_s"], "verify_s": r["verify_s"],
                               "measured_s": r["measured_s"], "simulated_s": float(s_sim)})
 
-    ar = next((p for p in policies if p["policy"] == "ar"), None)
+    ar = next((p for p in policies if p["policy"] == registry.baseline().name), None)
     for p in policies:
         p["measured_speedup_vs_ar"] = ar["measured_time_per_token_s"] / p["measured_time_per_token_s"] if ar else None
         p["simulated_speedup_vs_ar"] = ar["simulated_time_per_token_s"] / p["simulated_time_per_token_s"] if ar else None
@@ -195,7 +195,7 @@ def compare_run(run_dir: Path, hardware: str | None = None, out: Path | None = N
     by_meas = [p["label"] for p in sorted(policies, key=lambda p: p["measured_time_per_token_s"])]
     by_sim = [p["label"] for p in sorted(policies, key=lambda p: p["simulated_time_per_token_s"])]
     winner = policies[0]
-    conf = next((p for p in policies[1:] if p["policy"] == "confidence"), None)
+    conf = next((p for p in policies[1:] if p["policy"] == RERANK), None)
     margin = None
     if conf is not None and winner["label"] != conf["label"]:
         mm = 100.0 * (conf["measured_time_per_token_s"] / winner["measured_time_per_token_s"] - 1.0)

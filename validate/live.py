@@ -1,8 +1,8 @@
 """Selecting a subtree of the live draft tree with ecosim's own policy functions.
 
 At each real step the draft's candidate tree is turned into a small in-memory ecosim `Trace`
-(`live_trace`) and handed to `select_confidence` / `select_ecospec`, exactly the functions the
-simulator replays (`ar` is the root alone, `select_ar`'s `depth == 0`: no trace is built for it).
+(`live_trace`) and handed to the policy's registry entry, exactly what the simulator replays (a
+policy that does not speculate verifies the root alone: no trace is built for it).
 The trace holds two trees when the step is not the request's first: the previous position as a
 one-node tree carrying the token and true experts the last verification measured (what a
 predictor may know: ecosim/predictors/base.py), then the live tree. Nothing the target has not yet
@@ -27,7 +27,7 @@ import numpy as np
 
 from ecosim.catalog.models import ModelShape
 from ecosim.errors import EcoSimError
-from ecosim.policies import PolicySpec, select_confidence, select_ecospec
+from ecosim.policies import Context, PolicySpec
 from ecosim.predictors import ExpertPredictor, KINDS, get_predictor
 from ecosim.trace.io import Trace
 from ecosim.tree import Trees
@@ -114,17 +114,19 @@ class Selector:
 
     def __init__(self, spec: PolicySpec, shape: ModelShape, recorded: Trace | None = None,
                  predictor: ExpertPredictor | None = None):
-        if spec.name == "oracle":
-            raise EcoSimError("the oracle is a bound, not a policy: it cannot be run")
+        if spec.policy.is_bound:
+            raise EcoSimError(f"{spec.name} is a bound, not a policy: it cannot be run")
+        if spec.policy.priced:
+            raise EcoSimError(f"{spec.name} selects by the cost model, which a live run does not have")
         self.spec, self.shape = spec, shape
         self.width = shape.num_moe_layers * shape.top_k
         self.manifest_model = shape.to_manifest()
-        self.needs_true_experts = spec.name == "ecospec" and spec.predictor == "oracle"
+        self.needs_true_experts = spec.predictor == "oracle"
         self.lookup: OracleLookup | None = None
         self._fold_models: dict[int, ExpertPredictor] = {}
         self._fold_of: dict[int, int] = {}
         self.predictor: ExpertPredictor | None = None
-        if spec.name != "ecospec" or spec.predictor == "none":
+        if spec.predictor is None or spec.predictor == "none":
             return
         if self.needs_true_experts:
             if recorded is None:
@@ -167,26 +169,26 @@ class Selector:
         """Bool mask over the live tree's nodes: the root plus an ancestor-closed subtree."""
         spec = self.spec
         n = len(tokens)
-        if spec.name == "ar":  # select_ar is `depth == 0`: no trace needs building for the root alone
+        if not spec.speculative:  # the root alone: no trace needs building
             return depths == 0
         if self.predictor is None:
             prev = None  # only a predictor reads the previous position
         trace = live_trace(manifest, rid, tokens, parents, depths, draft_logprob, prev, true, self.width)
-        trees = Trees(trace)
-        if spec.name == "confidence":
-            sel = select_confidence(trees, spec.budget)
-        else:
+
+        def predicted(name: str) -> np.ndarray:
             if self.lookup is not None:
                 if true is None:
                     raise EcoSimError("internal: the oracle predictor needs the live nodes' true experts")
-                predicted = trace.experts_3d()
-            elif self.predictor is None:  # predictor "none"
-                predicted = np.full((len(trace.nodes["node"]), self.shape.num_moe_layers, 1), -1, np.int16)
-            else:
-                model = self._fold_models.get(self._fold_of.get(rid, -1)) if self._fold_models else self.predictor
-                if model is None:
-                    raise EcoSimError(f"request {rid} is not in the recorded trace the predictor was fitted on")
-                predicted = model.predict(trace)
-            sel = select_ecospec(trees, spec.budget, spec.lam, predicted, self.shape.num_experts, self.shape.top_k,
-                                 spec.score)
+                return trace.experts_3d()
+            if self.predictor is None:  # predictor "none"
+                return np.full((len(trace.nodes["node"]), self.shape.num_moe_layers, 1), -1, np.int16)
+            model = self._fold_models.get(self._fold_of.get(rid, -1)) if self._fold_models else self.predictor
+            if model is None:
+                raise EcoSimError(f"request {rid} is not in the recorded trace the predictor was fitted on")
+            return model.predict(trace)
+
+        kept: dict = {}
+        ctx = Context(Trees(trace), self.shape, predicted, lambda name: self.predictor or get_predictor(name),
+                      lambda key, make: kept[key] if key in kept else kept.setdefault(key, make()))
+        sel = spec.policy.selection(ctx, spec.values)
         return np.asarray(sel[len(sel) - n:], dtype=bool)

@@ -1,7 +1,7 @@
 """`ecosim predictor train | eval | compare`: expert predictors for `ecospec`.
 
 The metrics `eval` prints are defined once, in ecosim/predictors/evaluate.py; those of `compare`
-(best lambda, gain, the fraction of the oracle's gain kept) in ecosim/predictors/compare.py.
+(best lambda, gain, the fraction of the oracle's gain kept) in ecosim/analysis/predictor_compare.py.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from ecosim.analysis.predictor_compare import compare, group_label, markdown_table, pricing_label, summary_tables, to_dict
 from ecosim.cli import app, fail, make_app, wide_console
 from ecosim.outputs import PREDICTOR, check_output
 from ecosim.cli.options import BwEff, ComputeEff, CostMode, DraftTime, Overhead, cost_config
 from ecosim.predictors import BUILTIN, KINDS, ExpertPredictor, ScoringPredictor, Selection, get_predictor
-from ecosim.predictors.compare import group_label, markdown_table, pricing_label, summary_tables
 from ecosim.predictors.evaluate import Tally, evaluate
 from ecosim.predictors.view import draft_view, fingerprint, request_ids, request_mask
 from ecosim.trace.io import Trace, find_traces, read_trace
@@ -212,17 +212,17 @@ def compare_cmd(
 
     Reports experts and tokens per step, time per token, and the fraction of the oracle predictor's
     gain (confidence's time per token minus ecospec's) each predictor keeps, per group of traces
-    (same shape, real or synthetic) and pricing. Definitions: ecosim/predictors/compare.py.
+    (same shape, real or synthetic) and pricing. Definitions: ecosim/analysis/predictor_compare.py.
     """
-    from ecosim.predictors.compare import compare, to_dict
     from ecosim.sweep import grid as g
 
     if markdown and as_json:
         fail("--markdown and --json are alternatives")
-    if score not in g.SCORES:
-        fail(f"--score must be one of {', '.join(g.SCORES)}, got {score!r}")
-    names = g.parse_predictors(predictor)
-    lambdas = g.parse_lambdas(lam)
+    if "," in score:
+        fail(f"--score {score!r}: one score, not a list")
+    score = g.parse_axis("score", score)[0]
+    names = g.parse_axis("predictor", predictor)
+    lambdas = g.parse_axis("lambda", lam)
     settings = g.Settings(cost=cost_config(cost, bw_efficiency, compute_efficiency, step_overhead, draft_time))
     pricings = [g.Pricing(h, b, p) for h in g.parse_hardware(hardware) for b in g.parse_bandwidths(bw)
                 for p in g.parse_placements(placement)]

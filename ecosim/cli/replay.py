@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -13,23 +13,27 @@ from rich.progress import Progress
 from rich.table import Table
 
 from ecosim.cli import app, fail, wide_console
+from ecosim.cli.adapter import knob_options, with_options
 from ecosim.cli.options import (
     Bw, BwEff, ComputeEff, CostMode, Devices, DraftTime, Hardware, HardwareArgs, LinkBw, Overhead,
     PcieBw, Peak, Placement, cost_config, placement_text,
 )
 from ecosim.cost import NOT_MODELLED
+from ecosim.des import DesConfig, DesReplay
 from ecosim.metrics import Row
 from ecosim.placement import parse_placement
-from ecosim.policies import DEFAULTS, POLICIES, PolicySpec
+from ecosim.policies import PolicySpec, registry
 from ecosim.replay import TraceReplay
-from ecosim.simulate import AR, ORACLE, PolicyResult, compare, cost_model
+from ecosim.simulate import Engine, PolicyResult, compare, cost_model
 from ecosim.stream import StreamedReplay
 from ecosim.units import parse_quantity
 from ecosim.trace.io import find_traces, read_trace
 
+
+
 def _row_json(row: Row, spec: PolicySpec) -> dict[str, object]:
     """One (trace, policy) row: the policy, the knobs it uses (only those), then the metrics."""
-    return {"policy": spec.name, "label": spec.label(), **spec.knobs(), **row.to_dict()}
+    return {"policy": spec.name, "label": spec.label(), **spec.used(), **row.to_dict()}
 
 
 def used_text(used: dict[str, object], draft: dict[str, float]) -> str:
@@ -72,13 +76,11 @@ def _table(results: list[PolicyResult], title: str) -> Table:
 
 
 @app.command()
+@with_options("knobs", lambda: knob_options(registry.knobs()))
 def replay(
     traces: Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces (searched recursively).")],
-    policy: Annotated[str | None, typer.Option(help="ar, confidence, ecospec or oracle; default: all four side by side.")] = None,
-    budget: Annotated[int, typer.Option(help="Nodes a step may verify besides the root (EAGLE's total_token - 1).")] = DEFAULTS.budget,
-    lam: Annotated[float, typer.Option("--lambda", help="ecospec's cost weight: value - lambda x (new experts / (moe_layers x top_k)).")] = DEFAULTS.lam,
-    predictor: Annotated[str, typer.Option(help="Expert predictor ecospec scores with: token, freq or context (trained on the fly on the trace's other requests, k-fold), a predictor file from `ecosim predictor train`, oracle (true routing, an upper bound) or none.")] = DEFAULTS.predictor,
-    score: Annotated[str, typer.Option(help="ecospec's score: difference (value - lambda*cost) or ratio (value / (1 + lambda*cost)).")] = DEFAULTS.score,
+    policy: Annotated[str | None, typer.Option(help=f"{', '.join(registry.names())}; default: all side by side.")] = None,
+    knobs: dict[str, Any] | None = None,
     hardware: Hardware = "h200",
     bw: Bw = None,
     peak: Peak = None,
@@ -104,37 +106,43 @@ def replay(
     Every policy's time is compared with plain decoding (`ar`) and with the oracle bound under the
     same cost model. Real and synthetic traces are labelled in the output.
     """
-    if policy is not None and policy not in POLICIES:
-        fail(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
+    knobs = knobs or {}
+    names = [registry.get(policy).name] if policy is not None else list(registry.names())
     if engine not in ("fast", "des"):
         fail(f"--engine must be fast or des, got {engine!r}")
     if engine == "fast" and (timeline or prefetch or max_batch > 1 or arrivals != "sequential"):
         fail("--timeline, --prefetch, --max-batch and --arrivals need --engine des")
-    spec = PolicySpec(policy or "ecospec", budget, lam, predictor, score)  # type: ignore[arg-type]
-    specs = [spec] if policy else [PolicySpec(p, budget, lam, predictor, score) for p in POLICIES]  # type: ignore[arg-type]
+    specs = [PolicySpec(n, **knobs) for n in names]
     device = HardwareArgs(hardware, bw, peak, link_bw, pcie_bw).device()
     place = parse_placement(placement_text(placement, devices))
     config = cost_config(cost, bw_efficiency, compute_efficiency, step_overhead, draft_time)
-    if any(s.name == "ecospec" for s in specs):
-        from ecosim.predictors import get_predictor
-        get_predictor(predictor)  # fail early on an unknown predictor
+    knob_used = {k.name: k for s in specs for k in s.policy.knobs}
+    for k in knob_used.values():
+        if k.resolve:
+            k.resolve(knobs[k.name])  # fail early (an unknown predictor), before any work
     paths = find_traces([str(p) for p in traces])
     if max_memory:
         if engine == "des":
             fail("--max-memory replays with the fast engine only")
         budget_bytes = parse_quantity(max_memory, "bytes")
-        replays = [StreamedReplay(p, budget_bytes) for p in paths]
+        replays: list[Engine] = [StreamedReplay(p, budget_bytes) for p in paths]
+    elif engine == "des":
+        replays = [DesReplay(TraceReplay(read_trace(p)), DesConfig(arrivals, max_batch, prefetch)) for p in paths]
     else:
         replays = [TraceReplay(read_trace(p)) for p in paths]
 
+    work = len(replays) * (len(specs) + 2)
+    with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task("replaying", total=work)
+        results = compare(replays, specs, device, place, config, progress=lambda: bar.advance(task))
+    run = [s for s in specs if not s.policy.is_bound]
+    if timeline and replays and run:  # the first trace's timeline of the last policy that is not a bound
+        events = replays[0].events[run[-1]]  # type: ignore[attr-defined]
+        timeline.write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}))
     serving: dict[str, dict[str, object]] = {}
-    if engine == "des":
-        results = _des(replays, specs, device, place, config, arrivals, max_batch, prefetch, timeline, serving)
-    else:
-        work = len(replays) * (len(specs) + 2)
-        with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
-            task = bar.add_task("replaying", total=work)
-            results = compare(replays, specs, device, place, config, progress=lambda: bar.advance(task))
+    for r in replays:
+        for spec, metrics in getattr(r, "serving", {}).items():  # the des engine's serving metrics
+            serving[f"{r.trace.name}/{spec.label()}"] = metrics
     costs = [cost_model(r.trace, device, place, config) for r in replays]
     used = {k: v for k, v in costs[0].applied().items() if k != "draft_time_s"}
     draft = {r.trace.name: float(c.applied()["draft_time_s"]) for r, c in zip(replays, costs)}  # type: ignore[arg-type]
@@ -156,12 +164,13 @@ def replay(
         print(json.dumps(out, indent=1))
         return
     console = wide_console()
-    title = (f"{device.name}, {device.hbm_bw / 1e12:.4g} TB/s, {place}, cost {config.mode}, engine {engine}"
-             f"; ecospec predictor: {predictor}")
+    resolved = "".join(f"; {'/'.join(s.name for s in specs if s.policy.knob(k.name))} {k.key}: {knobs[k.name]}"
+                       for k in knob_used.values() if k.resolve)  # the knobs naming something loaded: the predictor
+    title = f"{device.name}, {device.hbm_bw / 1e12:.4g} TB/s, {place}, cost {config.mode}, engine {engine}{resolved}"
     console.print(_table(results, title))
     console.print(used_text(used, draft), markup=False, highlight=False)
-    for key, s in serving.items():
-        console.print(serving_text(key, s), markup=False, highlight=False)
+    for key, metrics in serving.items():
+        console.print(serving_text(key, metrics), markup=False, highlight=False)
     console.print(f"[dim]not modelled: {'; '.join(NOT_MODELLED)}[/dim]")
     if any(r.synthetic for r in results[0].rows):
         console.print("[yellow]synthetic traces are generated, not measured: their figures illustrate the model only[/yellow]")
@@ -177,31 +186,3 @@ def serving_text(key: str, s: dict[str, object]) -> str:
             f"{s['forwards']} forwards; inter-token latency p50/p90/p99 {itl['p50'] * 1e3:.4g}/{itl['p90'] * 1e3:.4g}/"  # type: ignore[index]
             f"{itl['p99'] * 1e3:.4g} ms; first decode step p50/p90/p99 {ftl['p50'] * 1e3:.4g}/{ftl['p90'] * 1e3:.4g}/"  # type: ignore[index]
             f"{ftl['p99'] * 1e3:.4g} ms; TTFT {s['ttft_s']}")  # type: ignore[index]
-
-
-def _des(replays, specs, device, place, config, arrivals, max_batch, prefetch, timeline, serving) -> list[PolicyResult]:
-    """The event engine for the selection policies; ar and the oracle bound for the ratios.
-
-    `serving` is filled with each (trace, policy)'s serving metrics (des.DesResult.serving)."""
-    from ecosim.des import DesConfig, des_run
-    from ecosim.metrics import total
-
-    cfg = DesConfig(arrivals, max_batch, prefetch)
-    ar_runs = [des_run(r, AR, cost_model(r.trace, device, place, config), cfg) for r in replays]
-    ar = [x.row for x in ar_runs]
-    oracle = [r.run(ORACLE, cost_model(r.trace, device, place, config)) for r in replays]
-    out = []
-    for spec in specs:
-        if spec.name == "oracle":
-            rows = oracle
-        else:
-            runs = ar_runs if spec == AR else [des_run(r, spec, cost_model(r.trace, device, place, config), cfg) for r in replays]
-            rows = [x.row for x in runs]
-            for x in runs:
-                serving[f"{x.row.trace}/{spec.label()}"] = x.serving()
-            if timeline and spec == specs[-1 if specs[-1].name != "oracle" else -2]:
-                timeline.write_text(json.dumps({"traceEvents": runs[0].events, "displayTimeUnit": "ms"}))
-        for row, a, o in zip(rows, ar, oracle):
-            row.compare(a, o)
-        out.append(PolicyResult(spec, rows, total(rows).compare(total(ar), total(oracle))))
-    return out

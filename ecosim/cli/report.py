@@ -17,7 +17,9 @@ def report(
     out: Annotated[Path, typer.Option(help="Where the HTML pages and PNG figures go.")] = Path("reports/_build"),
     validation: Annotated[Path | None, typer.Option(help="A `validate report` folder with measured-vs-simulated results.")] = None,
     only: Annotated[list[str] | None, typer.Option(help="Build only these notebooks (repeatable), e.g. --only pareto.")] = None,
+    reports: Annotated[Path, typer.Option(help="The notebooks' folder (jupytext .py files); they run in its parent folder.")] = Path("reports"),
 ) -> None:
     """Execute every notebook in reports/ (jupytext sources) with a real kernel; write HTML + PNGs."""
-    pages = build(ReportConfig(traces, out, validation, tuple(only or ())), progress=lambda name: print(f"built {name}"))
+    pages = build(ReportConfig(traces=traces, out=out, validation=validation, only=tuple(only or ()), reports=reports),
+                  progress=lambda name: print(f"built {name}"))
     print(f"{len(pages)} reports in {out}")

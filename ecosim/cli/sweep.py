@@ -13,15 +13,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ecosim.cli import app, fail, wide_console
+from ecosim.cli.adapter import knob_options, with_options
 from ecosim.outputs import SWEEP, check_output
-from ecosim.policies import DEFAULTS
 from ecosim.cli.options import BwEff, ComputeEff, CostMode, DraftTime, LinkBw, Overhead, PcieBw, Peak, cost_config
+from ecosim.policies import PolicySpec, registry
 
-Policies = Annotated[str, typer.Option("--policy", help="Comma list of ar, confidence, ecospec, oracle; ar and oracle rows are always computed (the ratios need them).")]
-Lambdas = Annotated[str, typer.Option("--lambda", help="ecospec's cost weights: comma list and/or inclusive ranges start:stop:step, e.g. 0:2:0.05.")]
-Budgets = Annotated[str, typer.Option("--budget", help="Nodes a step may verify besides the root: comma list and/or ranges, e.g. 8,16,32,60 or 8:64:8.")]
-Predictors = Annotated[str, typer.Option("--predictor", help="ecospec's expert predictors, comma list (oracle, none, token, ... or predictor files).")]
-Scores = Annotated[str, typer.Option("--score", help="ecospec's scores, comma list of difference, ratio.")]
+Policies = Annotated[str, typer.Option("--policy", help=f"Comma list of {', '.join(registry.names())}; "
+                                       f"{' and '.join(registry.references())} rows are always computed (the ratios need them).")]
 HardwareList = Annotated[str, typer.Option("--hardware", help="Comma list of catalogue devices (h100, h200, b200, a100, mi300x) or profile .json files.")]
 BwList = Annotated[str | None, typer.Option("--bw", help="Comma list of HBM bandwidths overriding the device's, e.g. 2TB/s,3.3TB/s,4.8TB/s.")]
 PlacementList = Annotated[str, typer.Option("--placement", help="Comma list of placements: hbm, ep:N, offload:CAP[:lru|lfu].")]
@@ -41,11 +39,8 @@ def _ms(x: float | None) -> str:
 
 
 def _knobs(r: dict[str, Any]) -> str:
-    if r["policy"] == "ecospec":
-        return f"ecospec b={r['budget']} λ={r['lambda']:g} {r['predictor']} {r['score']}"
-    if r["policy"] == "confidence":
-        return f"confidence b={r['budget']}"
-    return str(r["policy"])
+    """A results row's configuration, every knob shown: `ecospec b=16 λ=0.5 oracle difference`."""
+    return PolicySpec.from_columns(r, "results", required=False).label(full=True)
 
 
 def _pricing(r: dict[str, Any]) -> str:
@@ -71,14 +66,12 @@ def _winner_table(doc: dict[str, Any]) -> Table:
 
 
 @app.command()
+@with_options("knobs", lambda: knob_options(registry.knobs(), axis=True))
 def sweep(
     traces: Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces (searched recursively).")],
     out: Annotated[Path, typer.Option("--out", help="Sweep directory: parts/, results.parquet, winner.json; rerun into it to resume.")],
     policy: Policies = "ar,confidence,ecospec",
-    lam: Lambdas = f"{DEFAULTS.lam:g}",
-    budget: Budgets = str(DEFAULTS.budget),
-    predictor: Predictors = DEFAULTS.predictor,
-    score: Scores = DEFAULTS.score,
+    knobs: dict[str, str] | None = None,
     hardware: HardwareList = "h200",
     bw: BwList = None,
     placement: PlacementList = "hbm",
@@ -117,13 +110,10 @@ def sweep(
     if executor == "ray":
         import_ray()  # one line saying how to install it, exit 2
     policies = g.parse_policies(policy)
-    ecospec = "ecospec" in policies
+    used = {k.name: k for p in policies for k in registry.get(p).knobs}  # an axis no policy uses is not read
     grid = g.Grid(
         policies=policies,
-        budgets=g.parse_budgets(budget),
-        lambdas=g.parse_lambdas(lam) if ecospec else [],
-        predictors=g.parse_predictors(predictor) if ecospec else [],
-        scores=g.parse_scores(score) if ecospec else [],
+        knobs={name: g.parse_axis(k, (knobs or {})[name]) for name, k in used.items()},
         hardware=g.parse_hardware(hardware),
         bandwidths=g.parse_bandwidths(bw),
         placements=g.parse_placements(placement),

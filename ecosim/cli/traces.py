@@ -23,7 +23,7 @@ TraceArgs = Annotated[list[Path], typer.Argument(help="Trace directories, or dir
 
 @app.command()
 def check(traces: TraceArgs) -> None:
-    """Validate traces against the format (every invariant of TRACE_FORMAT.md); exit 0 or 2."""
+    """Validate traces against the format (every invariant of docs/TRACE_FORMAT.md); exit 0 or 2."""
     for path in find_traces([str(p) for p in traces]):
         m = check_trace(path)
         positions = sum(r["positions"] for r in m["requests"])

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ecosim.errors import EcoSimError
+from ecosim.predictors.candidates import Candidates
+from ecosim.predictors.view import draft_view, fingerprint
 from ecosim.trace.io import Trace
 
 CHUNK = 2048  # candidates scored at once at most
@@ -113,40 +114,6 @@ def top_ids(scores: np.ndarray, k: int) -> np.ndarray:
         out[:, j] = i
         work[rows, i] = -np.inf
     return out.reshape(*scores.shape[:-1], k)
-
-
-class Candidates:
-    """A chunk of candidate nodes as the draft side sees them (the input of `scores`).
-
-    token, parent_token (-1 where unknown: a root at pos 0 without prompt ids) and depth are (n,)
-    int64. parent_experts is (n, layers, m) int16: the parent's predicted set, for a root the
-    previous position's true set; prev_experts (n, layers, k) int16: the previous position's true
-    experts, -1 at pos 0. Either may be given as a function that builds it on first use, so a
-    predictor that ignores them does not pay for gathering them. draft_logprob (n,) float32 is the
-    draft's log-probability of the token (the trace's draft-side score), when known.
-    """
-
-    def __init__(self, token: np.ndarray, parent_token: np.ndarray, depth: np.ndarray,
-                 parent_experts: np.ndarray | Callable[[], np.ndarray],
-                 prev_experts: np.ndarray | Callable[[], np.ndarray], draft_logprob: np.ndarray | None = None):
-        self.token, self.parent_token, self.depth = token, parent_token, depth
-        self._parent, self._prev = parent_experts, prev_experts
-        self.draft_logprob = draft_logprob
-
-    @property
-    def parent_experts(self) -> np.ndarray:
-        if callable(self._parent):
-            self._parent = self._parent()
-        return self._parent
-
-    @property
-    def prev_experts(self) -> np.ndarray:
-        if callable(self._prev):
-            self._prev = self._prev()
-        return self._prev
-
-    def __len__(self) -> int:
-        return len(self.token)
 
 
 def multi_hot(ids: np.ndarray, num_experts: int, dtype: Any = np.float32) -> np.ndarray:
@@ -240,8 +207,6 @@ class ScoringPredictor(ExpertPredictor):
 
     def in_sample_requests(self, trace: Trace) -> list[int]:
         """Requests of `trace` this predictor was trained on (recognised by content fingerprint)."""
-        from ecosim.predictors.view import fingerprint
-
         if not self.training:
             return []
         fp = fingerprint(trace)
@@ -260,8 +225,6 @@ class ScoringPredictor(ExpertPredictor):
         return self.selection.apply(s, self.shape.top_k)
 
     def predict(self, trace: Trace, only: np.ndarray | None = None) -> np.ndarray:
-        from ecosim.predictors.view import draft_view
-
         self.shape.check(trace, self.describe())
         view = draft_view(trace)
         if self.warn_in_sample and self.training:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ecosim.predictors.base import Candidates
+from ecosim.predictors.candidates import Candidates
 from ecosim.trace.io import Trace
 from ecosim.tree import Trees
 
@@ -72,9 +72,10 @@ class DraftView:
 
 def draft_view(trace: Trace) -> DraftView:
     """The draft side's view of every node row (cached on the trace)."""
-    cached = trace._cache.get("draft_view")
-    if cached is not None:
-        return cached
+    return trace.derived("draft view", lambda: _draft_view(trace))
+
+
+def _draft_view(trace: Trace) -> DraftView:
     t = Trees(trace)
     token = trace.nodes["token"].astype(np.int64)
     depth = t.depth
@@ -91,10 +92,8 @@ def draft_view(trace: Trace) -> DraftView:
                                np.array([last_prompt.get(int(r), -1) for r in req_of_tree], dtype=np.int64))
     parent_token = np.where(depth > 0, token[np.maximum(parent_row, 0)], root_parent_tok[t.tree_of_row])
     roots = own[depth == 0]
-    view = DraftView(token, parent_token, depth, parent_row, prev_row, req_of_tree[t.tree_of_row],
+    return DraftView(token, parent_token, depth, parent_row, prev_row, req_of_tree[t.tree_of_row],
                      t.tree_of_row, trace.nodes["draft_logprob"], [roots, *t.levels])
-    trace._cache["draft_view"] = view
-    return view
 
 
 def request_mask(trace: Trace, requests: set[int] | list[int]) -> np.ndarray:
@@ -109,6 +108,10 @@ def request_ids(trace: Trace) -> list[int]:
 def fingerprint(trace: Trace) -> str:
     """A short content hash of a trace (shape, requests, tree structure, tokens, root routing):
     how a predictor file recognises the traces it was trained on, whatever their path."""
+    return trace.derived("fingerprint", lambda: _fingerprint(trace))
+
+
+def _fingerprint(trace: Trace) -> str:
     h = hashlib.sha256()
     m = trace.manifest
     h.update(json.dumps({"model": m["model"], "requests": [{k: r.get(k) for k in ("request_id", "positions")} for r in m["requests"]]},
@@ -118,5 +121,4 @@ def fingerprint(trace: Trace) -> str:
     for col in ("parent", "token", "target_next"):
         h.update(np.ascontiguousarray(trace.nodes[col]).tobytes())
     h.update(np.ascontiguousarray(trace.nodes["experts"][trace.tree_start[:-1]]).tobytes())
-    trace._cache["fingerprint"] = h.hexdigest()[:16]
-    return trace._cache["fingerprint"]
+    return h.hexdigest()[:16]

@@ -2,11 +2,10 @@
 
 Axes (each a comma list; numeric axes also take inclusive ranges `start:stop:step`):
 
-    policy     ar, confidence, ecospec, oracle     (ar and oracle are always added: the ratios need them)
-    budget     8,16,32,60  or  8:64:8
-    lambda     0:2:0.05    (ecospec only)
-    predictor  token,oracle (ecospec only)
-    score      difference,ratio (ecospec only)
+    policy     the registry's policies (ecosim.policies.registry); the baseline (ar) and the bound
+               (oracle) are always added: the ratios need them
+    one axis per knob of the policies asked for, e.g. budget 8:64:8, lambda 0:2:0.05,
+               predictor token,oracle, score difference,ratio
     hardware   h200,b200 (catalogue names or profile .json files)
     bw         2TB/s,3.3TB/s,4.8TB/s (default: the device's own)
     placement  hbm,ep:8,offload:64
@@ -23,21 +22,19 @@ per task and priced under every hardware/bandwidth/placement variant, which is c
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ecosim.catalog.devices import Device, get_device
 from ecosim.cost import CostConfig
 from ecosim.errors import EcoSimError
 from ecosim.placement import parse_placement
-from ecosim.policies import POLICIES, PolicySpec
+from ecosim.policies import Knob, PolicySpec, registry
 from ecosim.units import parse_quantity
 
-POLICY_ORDER = {p: i for i, p in enumerate(POLICIES)}  # ar, confidence, ecospec, oracle
-SCORES = ("difference", "ratio")
 _SIG = 12  # significant digits a range value is rounded to (0.1 + 0.05 * 2 -> 0.2, not 0.2000...04)
 
 
@@ -90,34 +87,32 @@ def parse_range(text: str, what: str, integer: bool = False) -> list[float]:
     return _dedupe([float(int(x)) if integer else x for x in out])
 
 
-def parse_budgets(text: str) -> list[int]:
-    values = [int(x) for x in parse_range(text, "budget", integer=True)]
-    if any(b < 0 for b in values):
-        raise EcoSimError(f"--budget {text!r}: budgets must be >= 0")
-    return values
-
-
-def parse_lambdas(text: str) -> list[float]:
-    values = parse_range(text, "lambda")
-    if any(x < 0 for x in values):
-        raise EcoSimError(f"--lambda {text!r}: lambda must be >= 0")
+def parse_axis(knob: Knob | str, text: str) -> list[Any]:
+    """A knob's values (a knob or its column name): a comma list, and ranges for a numeric knob;
+    each value checked as the knob checks it, and resolved (a predictor loaded) once."""
+    k = registry.knob_by_key(knob) if isinstance(knob, str) else knob
+    what = k.flag.lstrip("-")
+    if k.type in (int, float):
+        raw: list[Any] = [k.type(x) for x in parse_range(text, what, integer=k.type is int)]
+    else:
+        raw = _dedupe(_items(text, what))
+    values = []
+    for v in raw:
+        try:
+            values.append(k.coerce(v))
+            if k.resolve:
+                k.resolve(values[-1])
+        except EcoSimError as e:
+            raise EcoSimError(f"{k.flag} {text!r}: {e}") from None
     return values
 
 
 def parse_policies(text: str) -> list[str]:
     names = _dedupe(_items(text, "policy"))
     for n in names:
-        if n not in POLICIES:
-            raise EcoSimError(f"--policy: unknown policy {n!r}; known: {', '.join(POLICIES)}")
-    return sorted(names, key=POLICY_ORDER.__getitem__)
-
-
-def parse_scores(text: str) -> list[str]:
-    names = _dedupe(_items(text, "score"))
-    for n in names:
-        if n not in SCORES:
-            raise EcoSimError(f"--score: unknown score {n!r}; known: {', '.join(SCORES)}")
-    return names
+        if n not in registry.names():
+            raise EcoSimError(f"--policy: unknown policy {n!r}; known: {', '.join(registry.names())}")
+    return sorted(names, key=registry.order_of)
 
 
 def parse_bandwidths(text: str | None) -> list[float | None]:
@@ -140,32 +135,10 @@ def parse_hardware(text: str) -> list[str]:
     return names
 
 
-def parse_predictors(text: str) -> list[str]:
-    from ecosim.predictors import get_predictor
-
-    names = _dedupe(_items(text, "predictor"))
-    for n in names:
-        get_predictor(n)  # an unknown name or an unreadable file is a one-line error here
-    return names
-
-
 # ------------------------------------------------------------------------------------ configurations
 
 
-@dataclass(frozen=True)
-class Selection:
-    """What a task selects once: the policy and the knobs it uses (unused knobs are None)."""
-
-    policy: str
-    budget: int | None = None
-    lam: float | None = None
-    predictor: str | None = None
-    score: str | None = None
-
-    def spec(self) -> PolicySpec:
-        """The PolicySpec `TraceReplay.run` takes (unused knobs at values the policy ignores)."""
-        return PolicySpec(self.policy, self.budget or 0, self.lam or 0.0, self.predictor or "none",
-                          self.score or "difference")  # type: ignore[arg-type]
+Selection = PolicySpec  # what a task selects once: a policy and the knobs it uses
 
 
 @dataclass(frozen=True)
@@ -216,14 +189,30 @@ class Config:
     id: str  # hash of canonical_json(...)
 
 
+# The knob keys of format 1, present (null when the policy lacks the knob) in every configuration's
+# text so that the ids of sweeps written before the registry stay the same; any other knob appears
+# only in the configurations of the policies that have it.
+FORMAT_1_KEYS = ("budget", "lambda", "predictor", "predictor_fingerprint", "score")
+
+
+def selection_doc(sel: Selection, fingerprints: dict[tuple[str, Any], str | None]) -> dict[str, Any]:
+    """The policy, its knobs by column, and the content hash of each knob value that names a file."""
+    doc: dict[str, Any] = {"policy": sel.name, **dict.fromkeys(FORMAT_1_KEYS)}
+    for k in sel.policy.knobs:
+        v = sel.values[k.name]
+        doc[k.key] = v
+        if k.fingerprint is not None:
+            doc[f"{k.key}_fingerprint"] = fingerprints.get((k.name, v))
+    return doc
+
+
 def canonical_json(trace: TraceRef, sel: Selection, device: Device, placement: str, settings: Settings,
-                   predictor_fingerprint: str | None = None) -> str:
+                   fingerprints: dict[tuple[str, Any], str | None] | None = None) -> str:
     """The text a configuration's id hashes: sorted keys, no whitespace, floats as Python's repr."""
     doc = {
         "format": 1,
         "trace": {"path": trace.path, "fingerprint": trace.fingerprint},
-        "policy": sel.policy, "budget": sel.budget, "lambda": sel.lam, "predictor": sel.predictor,
-        "predictor_fingerprint": predictor_fingerprint, "score": sel.score,
+        **selection_doc(sel, fingerprints or {}),
         "device": device.to_dict(), "placement": placement, "cost": asdict(settings.cost), "engine": "fast",
     }
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -235,29 +224,23 @@ def config_id(text: str) -> str:
 
 @dataclass
 class Grid:
-    """The axes of a sweep, as parsed."""
+    """The axes of a sweep, as parsed: the policies, each knob's values (by knob name), the pricings."""
 
     policies: list[str]
-    budgets: list[int]
-    lambdas: list[float]
-    predictors: list[str]
-    scores: list[str]
+    knobs: dict[str, list[Any]]
     hardware: list[str]
     bandwidths: list[float | None]
     placements: list[str]
     settings: Settings = field(default_factory=Settings)
 
     def selections(self) -> list[Selection]:
-        """Selections in a fixed order; ar and oracle always included, unused knobs collapsed."""
+        """Selections in a fixed order (the registry's, then each knob's values, knob by knob);
+        the baseline and the bound always included, knobs a policy lacks collapsed."""
         out: list[Selection] = []
-        for policy in sorted(set(self.policies) | {"ar", "oracle"}, key=POLICY_ORDER.__getitem__):
-            if policy in ("ar", "oracle"):
-                out.append(Selection(policy))
-            elif policy == "confidence":
-                out.extend(Selection(policy, b) for b in self.budgets)
-            else:
-                out.extend(Selection(policy, b, lam, pred, score)
-                           for b in self.budgets for lam in self.lambdas for pred in self.predictors for score in self.scores)
+        for name in sorted(set(self.policies) | set(registry.references()), key=registry.order_of):
+            knobs = registry.get(name).knobs
+            for values in itertools.product(*(self.knobs.get(k.name, []) for k in knobs)):
+                out.append(Selection(name, **{k.name: v for k, v in zip(knobs, values)}))
         return out
 
     def pricings(self) -> list[Pricing]:
@@ -267,32 +250,23 @@ class Grid:
         """Every configuration, in results order: trace, pricing, then selection."""
         pricings = self.pricings()
         devices = {p: self.settings.device(p) for p in pricings}
-        pred_fp = {p: predictor_fingerprint(p) for p in self.predictors}
+        fingerprints = {(k.name, v): k.fingerprint(v) for k in registry.knobs() if k.fingerprint
+                        for v in self.knobs.get(k.name, [])}
         out = []
         for t in traces:
             for p in pricings:
                 for s in self.selections():
-                    text = canonical_json(t, s, devices[p], p.placement, self.settings,
-                                          pred_fp.get(s.predictor) if s.predictor else None)
+                    text = canonical_json(t, s, devices[p], p.placement, self.settings, fingerprints)
                     out.append(Config(t, s, p, config_id(text)))
         return out
 
     def describe(self) -> dict[str, Any]:
         return {
-            "policies": self.policies, "budgets": self.budgets, "lambdas": self.lambdas,
-            "predictors": self.predictors, "scores": self.scores, "hardware": self.hardware,
-            "bandwidths": self.bandwidths, "placements": self.placements,
+            "policies": self.policies, **{k.axis: self.knobs.get(k.name, []) for k in registry.knobs()},
+            "hardware": self.hardware, "bandwidths": self.bandwidths, "placements": self.placements,
             "cost": asdict(self.settings.cost), "peak": self.settings.peak, "link_bw": self.settings.link_bw,
             "pcie_bw": self.settings.pcie_bw,
         }
-
-
-def predictor_fingerprint(name: str) -> str | None:
-    """A predictor file's content hash (a retrained file is a new configuration); None for built-ins."""
-    p = Path(name)
-    if p.is_file():
-        return hashlib.sha256(p.read_bytes()).hexdigest()[:32]
-    return None
 
 
 @dataclass
@@ -306,12 +280,8 @@ class Task:
 
     @property
     def weight(self) -> float:
-        """Rough relative cost, to start the heavy tasks first."""
-        if self.selection.policy == "ecospec":
-            return 10.0 + (self.selection.budget or 0)
-        if self.selection.policy == "oracle":
-            return 5.0 * len(self.pricings)
-        return 1.0 + len(self.pricings) * 0.1
+        """Rough relative cost, to start the heavy tasks first (the policy's entry says)."""
+        return self.selection.policy.weight(self.selection.values, len(self.pricings))
 
 
 def group_tasks(configs: list[Config], settings: Settings) -> list[Task]:

@@ -13,14 +13,15 @@ from typing import Any
 
 import polars as pl
 
-from ecosim.sweep.winner import KNOBS, PRICING, figures, totals
+from ecosim.policies import registry
+from ecosim.sweep.winner import PRICING, figures, knob_columns, totals
 
 
 def front(df: pl.DataFrame, traces: list[str]) -> list[dict[str, Any]]:
     """The front of each pricing, as flat records (pricing, knobs, figures), grid order of pricings."""
     by_pricing: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for g in totals(df, traces):
-        if g["policy"] != "oracle":
+        if g["policy"] != registry.bound().name:
             by_pricing.setdefault(tuple(g[k] for k in PRICING), []).append(g)
     out = []
     for groups in by_pricing.values():
@@ -30,6 +31,6 @@ def front(df: pl.DataFrame, traces: list[str]) -> list[dict[str, Any]]:
             if pts[i][0] < best:  # faster than everything with no more experts per step
                 best = pts[i][0]
                 g = groups[i]
-                out.append({**{k: g[k] for k in PRICING + KNOBS}, **figures(g["total"])})
+                out.append({**{k: g[k] for k in PRICING + knob_columns()}, **figures(g["total"])})
     return out
 

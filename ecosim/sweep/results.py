@@ -12,7 +12,8 @@ a killed sweep loses only the tasks in flight. Rows of configurations not in the
 in parts/ (a later sweep may want them) but not in results.parquet.
 
 Columns of results.parquet: the configuration (config_id, trace_path, trace_fingerprint, policy,
-budget, lambda, predictor, score, hardware, hbm_bw, placement; knobs a policy ignores are null), then
+one column per registered knob: budget, lambda, predictor, score, ...; then hardware, hbm_bw,
+placement; knobs a policy lacks are null), then
 the fields of `ecosim replay --json` rows (metrics.Row.to_dict(): trace, synthetic, requests, tokens,
 steps, verified, expert_loads, expert_bytes, pcie_bytes, time_s, speedup_vs_ar, oracle_fraction,
 tokens_per_step, experts_per_step, expert_bytes_per_token, pcie_bytes_per_token, time_per_token_s, tokens_per_s).
@@ -32,6 +33,7 @@ import polars as pl
 
 from ecosim.errors import EcoSimError
 from ecosim.metrics import Row
+from ecosim.policies import registry
 from ecosim.sweep.grid import Config, Pricing, TraceRef
 from ecosim.trace.schema import MANIFEST, NODES, POSITIONS
 
@@ -39,11 +41,19 @@ PARTS = "parts"
 RESULTS = "results.parquet"
 SWEEP = "sweep.json"
 
-CONFIG_SCHEMA: dict[str, pl.DataType] = {
-    "config_id": pl.String(), "trace_path": pl.String(), "trace_fingerprint": pl.String(),
-    "policy": pl.String(), "budget": pl.Int64(), "lambda": pl.Float64(), "predictor": pl.String(),
-    "score": pl.String(), "hardware": pl.String(), "hbm_bw": pl.Float64(), "placement": pl.String(),
-}
+DTYPES: dict[type, pl.DataType] = {int: pl.Int64(), float: pl.Float64(), str: pl.String()}
+
+
+def config_schema() -> dict[str, pl.DataType]:
+    """The configuration columns: one per knob the registry knows (read when a sweep runs)."""
+    return {
+        "config_id": pl.String(), "trace_path": pl.String(), "trace_fingerprint": pl.String(), "policy": pl.String(),
+        **{k.key: DTYPES[k.type] for k in registry.knobs()},
+        "hardware": pl.String(), "hbm_bw": pl.Float64(), "placement": pl.String(),
+    }
+
+
+
 RAW_SCHEMA: dict[str, pl.DataType] = {
     "trace": pl.String(), "synthetic": pl.Boolean(), "requests": pl.Int64(), "tokens": pl.Int64(),
     "steps": pl.Int64(), "verified": pl.Int64(), "expert_loads": pl.Int64(), "expert_bytes": pl.Float64(),
@@ -54,8 +64,14 @@ DERIVED_SCHEMA: dict[str, pl.DataType] = {
     "experts_per_step": pl.Float64(), "expert_bytes_per_token": pl.Float64(),
     "pcie_bytes_per_token": pl.Float64(), "time_per_token_s": pl.Float64(), "tokens_per_s": pl.Float64(),
 }
-PART_SCHEMA = {**CONFIG_SCHEMA, **RAW_SCHEMA}
-RESULTS_SCHEMA = {**CONFIG_SCHEMA, **RAW_SCHEMA, **DERIVED_SCHEMA}
+
+
+def part_schema() -> dict[str, pl.DataType]:
+    return {**config_schema(), **RAW_SCHEMA}
+
+
+def results_schema() -> dict[str, pl.DataType]:
+    return {**config_schema(), **RAW_SCHEMA, **DERIVED_SCHEMA}
 
 
 def trace_fingerprint(path: Path) -> str:
@@ -75,11 +91,9 @@ def trace_fingerprint(path: Path) -> str:
 
 
 def config_record(c: Config, hbm_bw: float) -> dict[str, Any]:
-    s = c.selection
     return {
         "config_id": c.id, "trace_path": c.trace.path, "trace_fingerprint": c.trace.fingerprint,
-        "policy": s.policy, "budget": s.budget, "lambda": s.lam, "predictor": s.predictor, "score": s.score,
-        "hardware": c.pricing.hardware, "hbm_bw": hbm_bw, "placement": c.pricing.placement,
+        **c.selection.columns(), "hardware": c.pricing.hardware, "hbm_bw": hbm_bw, "placement": c.pricing.placement,
     }
 
 
@@ -152,7 +166,7 @@ class SweepDir:
         """One finished task's rows, committed whole or not at all."""
         name = hashlib.sha256("\n".join(sorted(r["config_id"] for r in records)).encode()).hexdigest()[:32]
         dest = self.parts / f"{name}.parquet"
-        _atomic_write(pl.DataFrame(records, schema=PART_SCHEMA), dest)
+        _atomic_write(pl.DataFrame(records, schema=part_schema()), dest)
         return dest
 
     def read_parts(self, ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -172,17 +186,19 @@ class SweepDir:
         if missing:
             raise EcoSimError(f"{self.path}: {len(missing)} configurations have no results yet; rerun the sweep")
         rows = {c.id: Row(**{k: raw[c.id][k] for k in RAW_SCHEMA}) for c in configs}
+        ar, oracle = registry.references()
         base: dict[tuple[TraceRef, Pricing, str], Row] = {}
         for c in configs:
-            if c.selection.policy in ("ar", "oracle"):
-                base[(c.trace, c.pricing, c.selection.policy)] = rows[c.id]
+            if c.selection.name in (ar, oracle):
+                base[(c.trace, c.pricing, c.selection.name)] = rows[c.id]
+        schema = results_schema()
         records = []
         for c in configs:
             row = rows[c.id]
-            row.compare(base[(c.trace, c.pricing, "ar")], base[(c.trace, c.pricing, "oracle")])
-            cfg = {k: raw[c.id][k] for k in CONFIG_SCHEMA}
+            row.compare(base[(c.trace, c.pricing, ar)], base[(c.trace, c.pricing, oracle)])
+            cfg = {k: raw[c.id].get(k) for k in config_schema()}  # a part written before a knob existed lacks it
             records.append({**cfg, **row.to_dict()})
-        df = pl.DataFrame(records, schema=RESULTS_SCHEMA)
+        df = pl.DataFrame(records, schema=schema)
         _atomic_write(df, self.results)
         return df
 

@@ -9,8 +9,9 @@ What is shared, and where:
 - a selection's walk, unions and offload cache walk serve every pricing of its task (bandwidth,
   device and placement never change which steps are taken, and the cache's misses depend on the
   steps and the capacity alone);
-- ecospec at one lambda, predictor and score on one trace is one `Batch` over its budgets: the
-  greedy growth runs once, at the largest budget, and every smaller budget is a prefix of it;
+- an ordered policy (ecospec, confidence: policies/base.py) at one setting of its other knobs on
+  one trace is one `Batch` over its budgets: the order is computed once, at the largest budget,
+  and every smaller budget is a prefix of it;
 - a worker keeps the rows it priced by selection fingerprint, so a selection another task already
   made (ecospec at a lambda large enough to keep only a few nodes, the same at every budget) is
   priced once per worker.
@@ -18,7 +19,6 @@ What is shared, and where:
 
 from __future__ import annotations
 
-import dataclasses
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -61,22 +61,23 @@ class Batch:
 
 
 def batch_tasks(tasks: list[Task]) -> list[Task | Batch]:
-    """ecospec tasks differing only in budget become one Batch (largest budget first); heavy work
-    first, in the order of the traces."""
+    """Tasks of an ordered policy differing only in budget become one Batch (largest budget first);
+    heavy work first, in the order of the traces."""
     out: list[Task | Batch] = []
     batches: dict[tuple, Batch] = {}
     for t in tasks:
         s = t.selection
-        if s.policy != "ecospec":
+        budget = s.policy.budget if s.policy.order is not None else None
+        if budget is None:
             out.append(t)
             continue
-        key = (t.trace, s.lam, s.predictor, s.score)
+        key = (t.trace, s.cache_key(without=budget))
         if key not in batches:
             batches[key] = Batch([])
             out.append(batches[key])
         batches[key].tasks.append(t)
     for b in batches.values():
-        b.tasks.sort(key=lambda t: -(t.selection.budget or 0))
+        b.tasks.sort(key=lambda t: -t.selection.values[t.selection.policy.budget])
     order = {ref: i for i, ref in enumerate(dict.fromkeys(w.trace for w in out))}
     return sorted(out, key=lambda w: (order[w.trace], -w.weight))
 
@@ -85,22 +86,14 @@ def run_task(task: Task | Batch) -> list[tuple[str, dict[str, Any]]]:
     """(config id, raw Row fields) per pricing of the task (of each task of a batch, in order);
     ratios are filled in by the driver."""
     tasks = task.tasks if isinstance(task, Batch) else [task]
-    base = _replay(tasks[0].trace)
-    # A view for this work: shares the trace, trees, predictions and their offsets, the confidence
-    # ranks, the oracle's chain unions, and the rows priced so far by selection fingerprint; the
-    # ecospec pick orders live as long as the batch, the steps and cache misses as long as a task.
-    base.trees  # built once, before the view copies the reference
-    if any(t.selection.policy == "oracle" for t in tasks):
-        base.chain_unions()
-    if any(t.selection.policy == "confidence" for t in tasks):
-        base.confidence_rank()
-    r = dataclasses.replace(base, _steps={}, _misses={}, _digests={}, _masks={}, _shared={}, _orders={})
+    # A view for this work: shares the trace's own work (trees, predictions, ranks, offsets, the
+    # oracle's chain unions) and the rows priced so far; pick orders live as long as the batch,
+    # steps and cache walks as long as a task.
+    r = _replay(tasks[0].trace).view()
     out = []
     for t in tasks:
-        spec = t.selection.spec()
         for cid, p in t.pricings:
             cost = cost_model(r.trace, t.settings.device(p), parse_placement(p.placement), t.settings.cost)
-            out.append((cid, asdict(r.run(spec, cost))))
-        for kept in (r._steps, r._misses, r._digests, r._masks, r._shared):
-            kept.clear()
+            out.append((cid, asdict(r.run(t.selection, cost))))
+        r.forget_steps()
     return out

@@ -1,7 +1,7 @@
 """The winner of a sweep: per hardware, bandwidth and placement, the best policy configuration.
 
 Candidates are the configurations of the policies the sweep was asked for (`--policy`), never the
-`oracle` (a bound, not a policy), and only those with a row for every trace of the sweep. A
+bound (`oracle`, not a policy), and only those with a row for every trace of the sweep. A
 candidate is judged on its total over the traces (time and tokens summed, ratios recomputed from
 the sums, as `metrics.total` does):
 
@@ -9,7 +9,7 @@ the sums, as `metrics.total` does):
 - `speedup_vs_ar`: the largest total-ar time per token / total time per token.
 
 `--min-tokens-per-step X` drops candidates whose total tokens / total steps is below X. Exact ties
-go to the first candidate in grid order (policy, budget, lambda, predictor, score).
+go to the first candidate in grid order (policy, then its knobs: budget, lambda, predictor, score, ...).
 
 winner.json (schema "ecosim-winner", version 1), the file `validate` reads:
 
@@ -35,7 +35,8 @@ winner.json (schema "ecosim-winner", version 1), the file `validate` reads:
           "candidates": int,            # configurations compared (after the constraint)
           "config": null | {            # null when no candidate meets the constraint
             "policy": str, "budget": int | null, "lambda": float | null,
-            "predictor": str | null, "score": str | null,
+            "predictor": str | null, "score": str | null,   # every registered knob's column
+
             "config_ids": [str]         # its results.parquet config_id per trace, in trace order
           },
           "predicted": null | {         # the winner's totals over the traces (metrics.py defines each)
@@ -57,21 +58,27 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-import ecosim
 from ecosim.errors import EcoSimError
 from ecosim.metrics import Row, total
+from ecosim.policies import registry
 from ecosim.sweep.results import RAW_SCHEMA
+from ecosim.version import __version__
 
 SCHEMA, VERSION = "ecosim-winner", 1
 OBJECTIVES = ("time_per_token", "speedup_vs_ar")
 PRICING = ["hardware", "hbm_bw", "placement"]
-KNOBS = ["policy", "budget", "lambda", "predictor", "score"]
+
+
+def knob_columns() -> list[str]:
+    return ["policy", *(k.key for k in registry.knobs())]
+
+
 FIGURES = ("tokens", "steps", "time_s", "time_per_token_s", "tokens_per_step", "experts_per_step",
            "expert_bytes_per_token", "pcie_bytes_per_token", "tokens_per_s", "speedup_vs_ar", "oracle_fraction")
 
 
 def versions() -> dict[str, str]:
-    return {"ecosim": ecosim.__version__, "numpy": np.__version__, "python": platform.python_version()}
+    return {"ecosim": __version__, "numpy": np.__version__, "python": platform.python_version()}
 
 
 def _row(rec: dict[str, Any]) -> Row:
@@ -87,6 +94,8 @@ def totals(df: pl.DataFrame, traces: list[str]) -> list[dict[str, Any]]:
     """Per (pricing, configuration) with a row for every trace: totals and the per-trace rows, in
     grid order. Each item: pricing keys, knobs, `total` (a compared Row), `rows`, `config_ids`."""
     recs = df.to_dicts()
+    knobs = knob_columns()
+    ar, oracle = registry.references()
     base: dict[tuple[Any, ...], dict[str, list[Row | None]]] = {}
     groups: dict[tuple[Any, ...], dict[str, Any]] = {}
     pos = {t: i for i, t in enumerate(traces)}
@@ -94,21 +103,21 @@ def totals(df: pl.DataFrame, traces: list[str]) -> list[dict[str, Any]]:
         if r["trace_path"] not in pos:
             continue
         pk = tuple(r[k] for k in PRICING)
-        key = pk + tuple(r[k] for k in KNOBS)
-        g = groups.setdefault(key, {**{k: r[k] for k in PRICING + KNOBS}, "rows": [None] * len(traces),
+        key = pk + tuple(r.get(k) for k in knobs)
+        g = groups.setdefault(key, {**{k: r.get(k) for k in PRICING + knobs}, "rows": [None] * len(traces),
                                     "ids": [None] * len(traces), "recs": [None] * len(traces)})
         i = pos[r["trace_path"]]
         g["rows"][i], g["ids"][i], g["recs"][i] = _row(r), r["config_id"], r
-        if r["policy"] in ("ar", "oracle"):
-            base.setdefault(pk, {"ar": [None] * len(traces), "oracle": [None] * len(traces)})[r["policy"]][i] = _row(r)
+        if r["policy"] in (ar, oracle):
+            base.setdefault(pk, {ar: [None] * len(traces), oracle: [None] * len(traces)})[r["policy"]][i] = _row(r)
     out = []
     for key, g in groups.items():
         if any(x is None for x in g["rows"]):
             continue
         b = base.get(key[: len(PRICING)])
-        if b is None or any(x is None for x in b["ar"] + b["oracle"]):
+        if b is None or any(x is None for x in b[ar] + b[oracle]):
             continue
-        g["total"] = total(g["rows"]).compare(total(b["ar"]), total(b["oracle"]))
+        g["total"] = total(g["rows"]).compare(total(b[ar]), total(b[oracle]))
         out.append(g)
     return out
 
@@ -122,7 +131,7 @@ def choose(df: pl.DataFrame, meta: dict[str, Any], objective: str = "time_per_to
         raise EcoSimError(f"--min-tokens-per-step must be a finite number >= 0, got {min_tokens_per_step}")
     traces = meta["traces"]
     paths = [t["path"] for t in traces]
-    allowed = set(meta["grid"]["policies"]) - {"oracle"}
+    allowed = set(meta["grid"]["policies"]) - {registry.bound().name}
     devices = {(d["hardware"], d["hbm_bw"], d["placement"]): d["device"] for d in meta["pricings"]}
     winners: list[dict[str, Any]] = []
     by_pricing: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
@@ -141,7 +150,7 @@ def choose(df: pl.DataFrame, meta: dict[str, Any], objective: str = "time_per_to
             "candidates": len(cands), "config": None, "predicted": None, "per_trace": [],
         }
         if best is not None:
-            entry["config"] = {**{k: best[k] for k in KNOBS}, "config_ids": best["ids"]}
+            entry["config"] = {**{k: best[k] for k in knob_columns()}, "config_ids": best["ids"]}
             entry["predicted"] = figures(best["total"])
             entry["per_trace"] = [{"trace": r["trace"], "path": r["trace_path"], "fingerprint": r["trace_fingerprint"],
                                    **{k: r[k] for k in FIGURES}}

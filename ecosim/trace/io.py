@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -59,6 +59,13 @@ class Trace:
     @property
     def name(self) -> str:
         return self.path.name
+
+    def derived(self, key: str, make: Callable[[], Any]) -> Any:
+        """A value computed from this trace's arrays once and kept with it (a predictor's view of
+        the draft side, a content fingerprint): the arrays never change after reading."""
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
 
     @property
     def synthetic(self) -> bool:

@@ -1,4 +1,4 @@
-"""The trace contract (../shared/TRACE_FORMAT.md, version 1) as data: files, columns, types."""
+"""The trace contract (docs/TRACE_FORMAT.md, version 1) as data: files, columns, types."""
 
 from __future__ import annotations
 

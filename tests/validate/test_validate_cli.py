@@ -41,7 +41,7 @@ def test_winner_file_forms(tmp_path):
     p.write_text(json.dumps(two))
     assert read_winner(p).placement == "hbm"  # the one a single device runs
     assert read_winner(p, entry=1).placement == "ep:8"
-    assert [s.label() for s in from_flags("ecospec", None, None, None, None).policies][0] == "ecospec b=16 λ=0.5 token"  # the one default predictor
+    assert [s.label() for s in from_flags("ecospec", {}).policies][0] == "ecospec b=16 λ=0.5 token"  # the one default predictor
 
 
 @pytest.mark.parametrize("doc, message", [

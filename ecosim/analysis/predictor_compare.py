@@ -208,7 +208,7 @@ def _change(a: float, b: float) -> float | None:
 def to_dict(groups: list[Group], budget: int, lambdas: list[float], score: str, folds: int) -> dict[str, Any]:
     """The JSON document `ecosim predictor compare --json` prints (schema: tests/test_predictors.py)."""
     out: dict[str, Any] = {"budget": budget, "lambdas": sorted(set(lambdas)), "score": score, "folds": folds,
-                           "definitions": "ecosim/predictors/compare.py", "groups": []}
+                           "definitions": "ecosim/analysis/predictor_compare.py", "groups": []}
     for g in groups:
         doc: dict[str, Any] = {
             "model": g.model, "synthetic": g.synthetic, "top_k": g.top_k, "traces": g.traces,

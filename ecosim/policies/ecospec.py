@@ -1,8 +1,4 @@
-"""Selection policies: which subtree of each recorded candidate tree a step verifies.
-
-A selection is a boolean mask over node rows: the root plus an ancestor-closed set of at most
-`budget` other nodes per tree. The `oracle` bound is not a selection (it needs the verdicts);
-it lives in oracle.py.
+"""`ecospec`: cost-aware growth of the verified subtree, scored against the experts already woken.
 
 `ecospec` scores a frontier node x against the buffer B (the predicted experts, per MoE layer, of
 the nodes chosen so far, root included):
@@ -23,111 +19,15 @@ selects. The cost is counted in experts, not seconds, so one lambda serves every
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from ecosim.errors import EcoSimError
+from ecosim.policies.base import Context, Knobs, Policy
+from ecosim.policies.knobs import BUDGET, LAMBDA, PREDICTOR, SCORE
 from ecosim.tree import Trees
 
-POLICIES = ("ar", "confidence", "ecospec", "oracle")
 Score = Literal["difference", "ratio"]
-
-
-@dataclass(frozen=True)
-class PolicySpec:
-    """A policy and its knobs; the oracle and ar ignore budget, lambda and predictor."""
-
-    name: str = "ecospec"
-    budget: int = 16  # nodes a step may verify besides the root
-    lam: float = 0.5  # ecospec's cost weight
-    # The one default expert predictor of every command (replay, sweep, validate run): a real
-    # predictor, trained on the fly leave-requests-out; `oracle` is a bound no system has.
-    predictor: str = "token"
-    score: Score = "difference"
-
-    def __post_init__(self) -> None:
-        if self.name not in POLICIES:
-            raise EcoSimError(f"unknown policy {self.name!r}; known: {', '.join(POLICIES)}")
-        if self.budget < 0:
-            raise EcoSimError(f"budget must be >= 0, got {self.budget}")
-        if not np.isfinite(self.lam) or self.lam < 0:
-            raise EcoSimError(f"lambda must be finite and >= 0, got {self.lam}")
-        if self.score not in ("difference", "ratio"):
-            raise EcoSimError(f"unknown score {self.score!r}; known: difference, ratio")
-
-    @property
-    def speculative(self) -> bool:
-        """Whether a step builds a draft tree (and pays its draft time). A selection policy with
-        budget 0 verifies the root only: nothing is drafted, so it is `ar`, cost included."""
-        return self.name != "ar" and (self.name == "oracle" or self.budget > 0)
-
-    def knobs(self) -> dict[str, object]:
-        """The knobs this policy uses, and only those (ar and the oracle have none)."""
-        if self.name == "ecospec":
-            return {"budget": self.budget, "lambda": self.lam, "predictor": self.predictor, "score": self.score}
-        if self.name == "confidence":
-            return {"budget": self.budget}
-        return {}
-
-    def label(self) -> str:
-        if self.name == "ecospec":
-            return f"ecospec b={self.budget} λ={self.lam:g} {self.predictor}"
-        if self.name == "confidence":
-            return f"confidence b={self.budget}"
-        return self.name
-
-
-def select_ar(trees: Trees) -> np.ndarray:
-    """Plain decoding: the root only."""
-    return trees.depth == 0
-
-
-def select_confidence(trees: Trees, budget: int, rank: np.ndarray | None = None) -> np.ndarray:
-    """EAGLE-2's rerank: the root and the `budget` nodes of highest cumulative draft log-prob.
-
-    Ties go to the lower node id. cum_logprob never rises along a path and parent < child, so
-    every node's parent ranks before it: the selection is ancestor-closed. `rank` is
-    `confidence_rank(trees)` when the caller has it cached (it holds no budget).
-    """
-    return (trees.depth == 0) | ((confidence_rank(trees) if rank is None else rank) < budget)
-
-
-def confidence_rank(trees: Trees) -> np.ndarray:
-    """Each non-root's rank within its tree by (-cum_logprob, node); roots get n_rows (never chosen).
-
-    Trees of similar size (the usual case) are laid out as a (trees x max nodes) table and sorted
-    along each row: one stable sort of short rows, node order keeping ties. Otherwise two stable
-    sorts over all rows (`rank_by_sorts`).
-    """
-    n_max = int(trees.n_nodes.max(initial=0))
-    if trees.n_trees * n_max > 2 * trees.n_rows + 1024:
-        return rank_by_sorts(trees)
-    rank = np.full(trees.n_rows, trees.n_rows, dtype=np.int64)
-    valid = np.arange(n_max)[None, :] < trees.n_nodes[:, None]
-    rows = np.where(valid, trees.start[:, None] + np.arange(n_max)[None, :], 0)
-    ranked = valid & (trees.depth[rows] > 0)
-    key = np.where(ranked, -trees.cum_logprob[rows], np.nan)  # NaN (roots, padding) sorts last
-    order = np.argsort(key, axis=1, kind="stable")
-    pos = np.empty_like(order)
-    np.put_along_axis(pos, order, np.arange(n_max)[None, :], axis=1)
-    rank[rows[ranked]] = pos[ranked]
-    return rank
-
-
-def rank_by_sorts(trees: Trees) -> np.ndarray:
-    """`confidence_rank` by two stable sorts: by -cum_logprob (rows of a tree are in node order, so
-    ties stay in node order), then by tree (a radix sort when tree ids fit in 16 bits)."""
-    rank = np.full(trees.n_rows, trees.n_rows, dtype=np.int64)
-    nonroot = np.flatnonzero(trees.depth > 0)
-    order = nonroot[np.argsort(-trees.cum_logprob[nonroot], kind="stable")]
-    tree = trees.tree_of_row[order]
-    order = order[np.argsort(tree.astype(np.uint16) if trees.n_trees <= 1 << 16 else tree, kind="stable")]
-    tree_sorted = trees.tree_of_row[order]
-    first = np.searchsorted(tree_sorted, np.arange(trees.n_trees))
-    rank[order] = np.arange(len(order)) - first[tree_sorted]
-    return rank
 
 
 def select_ecospec(
@@ -284,4 +184,21 @@ def ecospec_offsets(predicted: np.ndarray, num_experts: int, chunk: int = 1 << 1
     return out.reshape(rows, layers * m)
 
 
-DEFAULTS = PolicySpec()  # the knobs' defaults, for every command's options
+def order(ctx: Context, knobs: Knobs) -> tuple[np.ndarray, float]:
+    """The pick order at the spec's budget (exact for every smaller budget; see `ecospec_order`).
+    The buffer offsets of a predictor's experts hold no budget or lambda: kept per trace."""
+    p, budget, shape = knobs["predictor"], knobs["budget"], ctx.shape
+    predicted = ctx.predicted(p)
+    offsets = None
+    if budget:
+        offsets = ctx.memo(("ecospec offsets", p),
+                           lambda: ecospec_offsets(predicted, shape.num_experts, distinct=ctx.true_routing(p)))
+    return ecospec_order(ctx.trees, budget, knobs["lam"], predicted, shape.num_experts, shape.top_k, knobs["score"],
+                         offsets=offsets), budget
+
+
+POLICY = Policy(
+    "ecospec", "Cost-aware greedy growth: value - lambda x new experts (this module's docstring).",
+    knobs=(BUDGET, LAMBDA, PREDICTOR, SCORE), order=order, budget="budget",
+    label_knobs=("budget", "lam", "predictor"), weight=lambda knobs, pricings: 10.0 + knobs["budget"],
+)

@@ -1,0 +1,86 @@
+"""Settings declared once, turned into typer options: policy knobs (and config dataclass fields).
+
+A command declares one parameter (say `knobs: dict`) and `with_options("knobs", ...)` replaces it,
+in the signature typer reads, by one `--flag` per option; the command receives their values as that
+one dict. So a knob added to the registry is an option of every command that takes knobs, with
+its help and default from where it is declared, and no command retypes either.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Annotated, Any, get_type_hints
+
+import typer
+
+from ecosim.policies import Knob
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One option: the parameter name the value arrives under, its type, default, help and flag."""
+
+    name: str
+    type: Any
+    default: Any
+    help: str
+    flag: str
+
+
+def knob_options(knobs: Iterable[Knob], axis: bool = False, defaults: dict[str, Any] | None = None,
+                 unset: str | None = None) -> list[Opt]:
+    """One option per knob; with `axis`, a comma list (a sweep's axis) given as text. `defaults`
+    overrides a knob's own default for one command; with `unset`, an option not given is None and
+    its help starts with `unset` (the command applies the defaults itself)."""
+    out = []
+    for k in knobs:
+        d = (defaults or {}).get(k.name, k.default)
+        if unset is not None:
+            out.append(Opt(k.name, k.type | None, None, f"{unset} {k.help} (default {d})", k.flag))
+        elif axis:
+            ranges = " and/or inclusive ranges start:stop:step" if k.type in (int, float) else ""
+            out.append(Opt(k.name, str, str(d), f"{k.help} Comma list{ranges}.", k.flag))
+        else:
+            out.append(Opt(k.name, k.type, d, k.help, k.flag))
+    return out
+
+
+def dataclass_options(cls: type) -> list[Opt]:
+    """One option per field of a dataclass whose metadata holds `help` (others are not options)."""
+    assert is_dataclass(cls)
+    hints = get_type_hints(cls)
+    return [Opt(f.name, hints[f.name], f.default, f.metadata["help"], f.metadata.get("flag", "--" + f.name.replace("_", "-")))
+            for f in fields(cls) if "help" in f.metadata]
+
+
+def with_options(into: str, options: Callable[[], list[Opt]]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Replace the command's parameter `into` by the options `options()` gives (read when the
+    command is declared); the command gets their values as one dict under `into`."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        opts = options()
+        hints = get_type_hints(fn, include_extras=True)
+        params = []
+        for p in inspect.signature(fn).parameters.values():
+            if p.name != into:  # typer passes every value by keyword
+                params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation)))
+                continue
+            for o in opts:
+                annotation = Annotated[o.type, typer.Option(o.flag, help=o.help)]
+                params.append(inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default, annotation=annotation))
+        names = {o.name for o in opts}
+
+        @functools.wraps(fn)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            values = {n: kwargs.pop(n) for n in list(kwargs) if n in names}
+            return fn(*args, **kwargs, **{into: values})
+
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        del command.__wrapped__  # typer must read the signature above, not the function's own
+        return command
+
+    return decorate

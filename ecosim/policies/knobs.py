@@ -1,0 +1,55 @@
+"""Knobs more than one policy uses (a policy's own knob lives in its module)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+from ecosim.errors import EcoSimError
+from ecosim.policies.base import Knob
+from ecosim.predictors import get_predictor
+
+SCORES = ("difference", "ratio")
+
+
+def _budget(b: int) -> int:
+    if b < 0:
+        raise EcoSimError(f"budget must be >= 0, got {b}")
+    return b
+
+
+def _lam(x: float) -> float:
+    if not math.isfinite(x) or x < 0:
+        raise EcoSimError(f"lambda must be finite and >= 0, got {x}")
+    return x
+
+
+def _load_predictor(name: str) -> None:
+    get_predictor(name)  # an unknown name or an unreadable file is a one-line error, before any work
+
+
+def file_fingerprint(name: str) -> str | None:
+    """A file's content hash (a retrained predictor file is a new sweep configuration); None for a name."""
+    p = Path(name)
+    if p.is_file():
+        return hashlib.sha256(p.read_bytes()).hexdigest()[:32]
+    return None
+
+
+def _score(s: str) -> str:
+    if s not in SCORES:
+        raise EcoSimError(f"unknown score {s!r}; known: {', '.join(SCORES)}")
+    return s
+
+
+BUDGET = Knob("budget", int, 16, "Nodes a step may verify besides the root (EAGLE's total_token - 1).",
+              check=_budget, short="b=")
+LAMBDA = Knob("lam", float, 0.5, "ecospec's cost weight: value - lambda x (new experts / (moe_layers x top_k)).",
+              column="lambda", check=_lam, short="λ=")
+PREDICTOR = Knob("predictor", str, "token",
+                 "Expert predictor ecospec scores with: token, freq or context (trained on the fly on the trace's other "
+                 "requests, k-fold), a predictor file from `ecosim predictor train`, oracle (true routing, an upper "
+                 "bound) or none.", resolve=_load_predictor, fingerprint=file_fingerprint)
+SCORE = Knob("score", str, "difference",
+             "ecospec's score: difference (value - lambda*cost) or ratio (value / (1 + lambda*cost)).", check=_score, optional=True)

@@ -1,0 +1,99 @@
+"""The policy registry: a policy with a knob nobody else has, added here and nowhere else, runs
+through the fast engine, the sweep grid (ids, columns, results, winner) and `PolicySpec`.
+
+The policy is `shallow`: every node at depth <= `max_depth` (ancestor-closed: a node's parent is
+shallower). At depth 0 it verifies what `ar` verifies (the root alone) but pays for a draft.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from conftest import tiny_trace
+from ecosim.catalog.devices import get_device
+from ecosim.cost import CostConfig
+from ecosim.errors import EcoSimError
+from ecosim.placement import parse_placement
+from ecosim.policies import Knob, Policy, PolicySpec, registry
+from ecosim.replay import TraceReplay
+from ecosim.simulate import cost_model
+from ecosim.sweep import grid as g
+from ecosim.sweep.runner import run_sweep
+from ecosim.trace.io import read_trace
+
+
+def _depth(d: int) -> int:
+    if d < 0:
+        raise EcoSimError(f"max_depth must be >= 0, got {d}")
+    return d
+
+
+MAX_DEPTH = Knob("max_depth", int, 1, "Deepest level verified.", check=_depth, short="d<=")
+SHALLOW = Policy("shallow", "Every node down to max_depth.", knobs=(MAX_DEPTH,),
+                 select=lambda ctx, knobs: ctx.trees.depth <= knobs["max_depth"])
+
+
+@pytest.fixture
+def shallow():
+    registry.register(SHALLOW)
+    yield SHALLOW
+    registry.unregister(SHALLOW.name)
+
+
+def test_a_registered_policy_runs_in_the_fast_engine(write, shallow):
+    r = TraceReplay(read_trace(write(tiny_trace(3, requests=3, positions=30))))
+    t = r.trees
+    assert np.array_equal(r.selection(PolicySpec("shallow", max_depth=2)), t.depth <= 2)
+    cost = cost_model(r.trace, get_device("h200"), parse_placement("offload:3"), CostConfig(draft_time_s=1e-3))
+    ar = r.run(PolicySpec("ar"), cost)
+    flat = r.run(PolicySpec("shallow", max_depth=0), cost)
+    assert (flat.tokens, flat.steps, flat.expert_loads, flat.pcie_bytes) == (ar.tokens, ar.steps, ar.expert_loads, ar.pcie_bytes)
+    assert flat.time_s == pytest.approx(ar.time_s + ar.steps * 1e-3, rel=1e-12)  # the same steps, plus a draft each
+    deep = r.run(PolicySpec("shallow", max_depth=9), cost)
+    assert deep.steps < ar.steps and deep.tokens == ar.tokens
+    assert PolicySpec("shallow", max_depth=3).label() == "shallow d<=3"
+
+
+def test_knobs_are_checked_and_other_policies_ignore_them(shallow):
+    with pytest.raises(EcoSimError, match="max_depth must be >= 0"):
+        PolicySpec("shallow", max_depth=-1)
+    with pytest.raises(EcoSimError, match="unknown knob"):
+        PolicySpec("shallow", depth=2)
+    assert PolicySpec("confidence", 8, max_depth=3) == PolicySpec("confidence", 8)
+    assert PolicySpec("confidence", 8).max_depth is None and PolicySpec("shallow").max_depth == 1
+    assert g.parse_axis("max_depth", "0:4:2") == [0, 2, 4]
+    with pytest.raises(EcoSimError, match="--max-depth"):
+        g.parse_axis("max_depth", "-1")
+
+
+def test_registering_a_policy_changes_no_other_configuration_id(write, tmp_path):
+    ref = g.TraceRef(str(tmp_path), "f" * 32)
+    knobs = {"budget": [4, 8], "lam": [0.5], "predictor": ["oracle"], "score": ["difference"]}
+    grid = g.Grid(["confidence", "ecospec"], knobs, ["h200"], [None], ["hbm"])
+    before = [c.id for c in grid.configs([ref])]
+    registry.register(SHALLOW)
+    try:
+        assert [c.id for c in grid.configs([ref])] == before
+    finally:
+        registry.unregister(SHALLOW.name)
+
+
+def test_a_registered_policy_sweeps_with_its_own_column(write, tmp_path, shallow):
+    trace = write(tiny_trace(5, requests=2, positions=25))
+    grid = g.Grid(["confidence", "shallow"], {"budget": [4], "max_depth": [0, 2]}, ["h200"], [None], ["hbm", "offload:3"])
+    assert [s.label(full=True) for s in grid.selections()] == ["ar", "confidence b=4", "shallow d<=0", "shallow d<=2", "oracle"]
+    out = run_sweep(grid, [trace], tmp_path / "sweep", jobs=1)
+    df = out.results
+    assert df.schema["max_depth"] == pl.Int64
+    assert df.filter(pl.col("policy") == "shallow")["max_depth"].to_list() == [0, 2, 0, 2]
+    assert df.filter(pl.col("policy") != "shallow")["max_depth"].null_count() == 6
+    r = TraceReplay(read_trace(trace))
+    for rec in df.filter(pl.col("policy") == "shallow").iter_rows(named=True):
+        cost = cost_model(r.trace, get_device("h200"), parse_placement(rec["placement"]), CostConfig())
+        assert rec["time_s"] == r.run(PolicySpec("shallow", max_depth=rec["max_depth"]), cost).time_s
+    for w in out.winner["winners"]:
+        assert "max_depth" in w["config"]
+    again = run_sweep(grid, [trace], tmp_path / "sweep", jobs=1)  # resumed: every configuration found done
+    assert again.computed == 0 and again.results.equals(df)
