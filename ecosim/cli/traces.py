@@ -13,12 +13,13 @@ from rich.table import Table
 
 from ecosim.catalog.models import MODELS, get_model
 from ecosim.cli import app, fail, wide_console
+from ecosim.cli.routing import print_routing_stats
 from ecosim.outputs import TRACE, check_output
 from ecosim.tree_config import TREE, TreeShape
 from ecosim.synth import SynthConfig, write_synthetic
 from ecosim.trace.io import check_trace, find_traces, read_trace
 
-TraceArgs = Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces.")]
+TraceArgs = Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces (with --routing also routing sets and routing dumps).")]
 
 
 @app.command()
@@ -35,8 +36,14 @@ def check(traces: TraceArgs) -> None:
 def inspect(
     traces: TraceArgs,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of the table.")] = False,
+    routing: Annotated[bool, typer.Option("--routing", help="Routing statistics instead (neighbour overlap, distinct experts per window, token recall, popularity, tree overlaps); also takes routing sets and importable dumps.")] = False,
+    fit_fraction: Annotated[float, typer.Option(min=0.05, max=0.95, help="With --routing: share of sequences the token table is fitted on (recall is measured on the rest).")] = 0.5,
+    seed: Annotated[int, typer.Option(help="With --routing: seed of the fit/test split of sequences.")] = 0,
 ) -> None:
     """Summarise traces: model, requests by task, tree sizes, acceptance, expert usage, size on disk."""
+    if routing:
+        print_routing_stats(traces, as_json, fit_fraction, seed)
+        return
     from ecosim.summary import BUDGET, summarize
 
     rows = [summarize(read_trace(p)) for p in find_traces([str(p) for p in traces])]

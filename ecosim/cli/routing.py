@@ -1,0 +1,93 @@
+"""`ecosim import-routing` and `ecosim inspect --routing`: real routing in, statistics side by side."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from ecosim.catalog.models import get_model
+from ecosim.cli import app, fail, wide_console
+from ecosim.routing.data import Routing, is_routing_dir, read_routing, trace_continuation, write_routing
+from ecosim.routing.importers import FORMATS, import_routing
+from ecosim.routing.stats import SHOWN_WINDOWS, routing_stats
+from ecosim.trace.io import Trace, find_traces, read_trace
+from ecosim.trace.schema import MANIFEST
+
+
+def load_any(path: Path) -> list[tuple[str, Routing, Trace | None]]:
+    """A routing directory, an importable source, or traces (each a continuation plus its trees)."""
+    if is_routing_dir(path):
+        return [(str(path), read_routing(path), None)]
+    if path.is_dir() and ((path / MANIFEST).is_file() or not (path / "routing.npz").is_file()):
+        out = []
+        for p in find_traces([str(path)]):
+            t = read_trace(p)
+            out.append((str(p), trace_continuation(t), t))
+        return out
+    return [(str(path), import_routing(path), None)]
+
+
+def _row(s: dict[str, Any]) -> list[str]:
+    o = s["overall"]
+    t = s.get("trees") or {}
+    tree_n = t.get("distinct_by_tree_size", {})
+
+    def f(x: Any, nd: int = 2) -> str:
+        return "-" if x is None else f"{x:.{nd}f}"
+
+    return [
+        s["name"], s["provenance"], f"{s['model']} ({s['layers']} x {s['num_experts']}, top-{s['top_k']})",
+        f"{s['sequences']} / {s['tokens']}", f(o["neighbour_overlap"]),
+        " / ".join(f(o["window_distinct"][str(n)], 1) for n in SHOWN_WINDOWS),
+        f"{f(o['token_recall'])} ({f(o['popularity_recall'])})",
+        f"{f(o['max_over_fair'])} / {f(o['max_over_fair_median_layer'])}, {o['dead']}",
+        f"{f(t.get('sibling_overlap'))} / {f(t.get('parent_child_overlap'))}" if t else "-",
+        " / ".join(f(tree_n.get(str(n)), 1) for n in (4, 16, 32)) if t else "-",
+    ]
+
+
+def print_routing_stats(paths: list[Path], as_json: bool, fraction: float, seed: int) -> None:
+    rows = []
+    for p in paths:
+        for name, r, trace in load_any(p):
+            rows.append(routing_stats(r, trace, name=name, fraction=fraction, seed=seed))
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    t = Table(title=f"routing statistics (mean over layers; recall fitted on {fraction:.0%} of sequences, seed {seed})",
+              title_justify="left")
+    for col in ("source", "data", "model", "seqs / tokens", "neighbour overlap",
+                "distinct in " + "/".join(map(str, SHOWN_WINDOWS)) + " tokens", "token recall@k (popularity)",
+                "max/fair: busiest / median layer, dead", "sibling / parent-child overlap", "distinct in tree of 4/16/32"):
+        t.add_column(col)
+    for s in rows:
+        t.add_row(*_row(s))
+    wide_console().print(t)
+
+
+@app.command("import-routing")
+def import_routing_cmd(
+    source: Annotated[Path, typer.Argument(help="A routing dump: a routing.npz + meta.json folder, a vLLM routed_experts .npy/.npz/.json, an SGLang per_token dump as JSON, or a Megatron-Core router trace .jsonl.")],
+    out: Annotated[Path, typer.Option("--out", help="New directory to write the routing set to (never overwritten).")],
+    fmt: Annotated[str | None, typer.Option("--format", help=f"Source format ({', '.join(FORMATS)}); detected from the layout if omitted.")] = None,
+    model: Annotated[str | None, typer.Option(help="Catalogue shape the routing comes from (sets the model name and expert count).")] = None,
+    num_experts: Annotated[int | None, typer.Option(min=1, help="Routed experts per layer, when the source does not say (default: the --model's, else the largest id + 1).")] = None,
+    credit: Annotated[str | None, typer.Option(help="Source and licence to credit wherever the routing is used.")] = None,
+) -> None:
+    """Import real routing into ecosim's routing layout (docs/ROUTING_FORMAT.md), labelled real."""
+    if out.exists():
+        fail(f"{out}: exists; refusing to overwrite it (choose a new --out)")
+    shape = get_model(model) if model else None
+    t0 = time.perf_counter()
+    r = import_routing(source, fmt, model=shape.name if shape else None,
+                       num_experts=num_experts or (shape.num_experts if shape else None), credit=credit)
+    if shape and (r.layers, r.top_k) != (shape.num_moe_layers, shape.top_k):
+        fail(f"{source}: {r.layers} layers x top-{r.top_k}, but {shape.name} has {shape.num_moe_layers} x top-{shape.top_k}")
+    write_routing(out, r)
+    print(f"{out}: real routing of {r.model} from {r.source.get('format', fmt)} ({len(r.seq_len)} sequences, {r.n_tokens} tokens, "
+          f"{r.layers} layers x {r.num_experts} experts, top-{r.top_k}), {time.perf_counter() - t0:.1f} s")
