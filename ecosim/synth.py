@@ -7,8 +7,10 @@ is seeded and vectorised over nodes. What it models, each with a knob:
   the `max_nodes` best by cumulative draft log-prob);
 - acceptance: with probability `accept` the target's next token is one of a node's draft children,
   drawn by the draft's own probabilities (a calibrated draft), otherwise a token outside them;
-- routing: each of a node's top-k slots per layer comes from its parent's experts (`parent_affinity`),
-  from a fixed per-token expert set (`token_affinity`), or from a Zipf popularity prior (`skew`).
+- routing: the latent-state generator of routing/generator.py (token's own experts, the parent's
+  experts, a per-request context, Zipf popularity; DeepSeek-V3 group limits for that family), whose
+  knobs `ecosim synth --calibrate` fits to real routing; a node that is the same token in the same
+  context as another (the accepted child at p and the root at p + 1) routes identically.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ecosim.catalog.models import ModelShape
+from ecosim.routing.generator import GROUP_LIMITED, Router, RoutingKnobs, route_trees
 from ecosim.trace.io import write_trace
 from ecosim.tree_config import TREE
 
@@ -38,8 +41,9 @@ class SynthConfig:
     accept: float = 0.8  # P(target's next token is among the draft's children)
     confidence: float = 0.6  # mean draft probability of the top child
     skew: float = 1.0  # Zipf exponent of expert popularity (0 = uniform)
-    token_affinity: float = 0.5  # P(a slot takes the token's own expert)
-    parent_affinity: float = 0.3  # P(a slot copies the parent's expert)
+    token_affinity: float = 0.5  # weight of the token's own experts in the router's score
+    parent_affinity: float = 0.3  # weight of the previous token's (parent's) experts
+    context: float = 0.0  # strength of the per-request context (0 = none)
     prompt_len: int = 64
     active_vocab: int = 4096  # tokens drawn from the most frequent this many (Zipf 1.1)
     gates: bool = False
@@ -127,37 +131,10 @@ def _grow_trees(n_trees: int, cfg: SynthConfig, tokens: _Tokens, rng: np.random.
     return out
 
 
-def _route(model: ModelShape, cfg: SynthConfig, token: np.ndarray, parent_row: np.ndarray, depth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Experts (rows, layers, k) level by level, so each node can copy its parent's."""
-    L, E, k = model.num_moe_layers, model.num_experts, model.top_k
-    prior_perm = np.stack([rng.permutation(E) for _ in range(L)]).astype(np.int16)
-    home_perm = np.stack([rng.permutation(E) for _ in range(L)]).astype(np.int16)
-    w = 1.0 / np.arange(1, E + 1) ** cfg.skew
-    cdf = np.cumsum(w / w.sum())
-    # Inverse CDF tabulated on 2^16 quantiles: one gather per draw instead of a binary search.
-    inverse = np.minimum(np.searchsorted(cdf, (np.arange(1 << 16) + 0.5) / (1 << 16)), E - 1).astype(np.int64)
-    salt = rng.integers(0, 2**31, L)
-    layer_idx = np.arange(L)[None, :, None]
-    out = np.empty((len(token), L, k), dtype=np.int16)
-
-    def prior(shape: tuple[int, ...], layers: np.ndarray) -> np.ndarray:
-        return prior_perm[layers, inverse[rng.integers(0, 1 << 16, shape, dtype=np.int32)]]
-
-    for d in range(int(depth.max()) + 1 if len(depth) else 0):
-        for rows in np.array_split(np.flatnonzero(depth == d), max(1, int((depth == d).sum()) // 16384)):
-            m = len(rows)
-            if m == 0:
-                continue
-            h = (token[rows].astype(np.int64)[:, None] * 2654435761 + salt[None, :]) % E
-            home = home_perm[np.arange(L)[None, :, None], (h[:, :, None] + np.arange(k)) % E]
-            u = rng.random((m, L, k), dtype=np.float32)
-            x = home.copy()
-            free = u >= cfg.parent_affinity + cfg.token_affinity
-            x[free] = prior((int(free.sum()),), np.broadcast_to(layer_idx, (m, L, k))[free])
-            if d > 0:
-                x = np.where(u < cfg.parent_affinity, out[parent_row[rows]], x)
-            out[rows] = _dedup(x, lambda layers: prior(layers.shape + (k,), layers[:, None]))
-    return out
+def knobs_for(model: ModelShape, cfg: SynthConfig) -> RoutingKnobs:
+    """The generator's knobs for a shape: the config's, plus the family's group limits."""
+    n_group, topk_group = GROUP_LIMITED.get(model.family, (0, 0))
+    return RoutingKnobs(cfg.token_affinity, cfg.parent_affinity, cfg.context, cfg.skew, n_group, topk_group)
 
 
 def _dedup(x: np.ndarray, resample: Any) -> np.ndarray:
@@ -194,13 +171,12 @@ def synthesize(model: ModelShape, cfg: SynthConfig) -> tuple[dict[str, Any], dic
     nodes = {k: np.ascontiguousarray(v).reshape(-1) for k, v in trees.items()}
     nodes["request_id"] = np.repeat(np.arange(cfg.requests), P * n).astype(np.int32)
     nodes["pos"] = np.tile(np.repeat(np.arange(P), n), cfg.requests).astype(np.int32)
-    start = np.repeat(np.arange(T) * n, n)
-    parent_row = np.where(nodes["parent"] >= 0, start + nodes["parent"], 0)
-    experts = _route(model, cfg, nodes["token"], parent_row, nodes["depth"], rng)
+    router = Router(model.num_moe_layers, model.num_experts, model.top_k, knobs_for(model, cfg), cfg.requests, cfg.seed)
+    tree_start = np.arange(T + 1, dtype=np.int64) * n
+    experts, gates = route_trees(router, nodes, tree_start)
     nodes["experts"] = experts.reshape(len(experts), -1)
     if cfg.gates:
-        g = np.sort(rng.random(experts.shape, dtype=np.float32), axis=2)[:, :, ::-1]
-        nodes["gates"] = (g / g.sum(axis=2, keepdims=True)).reshape(len(experts), -1)
+        nodes["gates"] = gates.reshape(len(experts), -1)
     positions = {
         "request_id": np.repeat(np.arange(cfg.requests), P).astype(np.int32),
         "pos": np.tile(np.arange(P), cfg.requests).astype(np.int32),
