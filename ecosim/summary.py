@@ -70,6 +70,7 @@ def summarize(trace: Trace) -> dict[str, Any]:
     return {
         "trace": trace.name,
         "synthetic": trace.synthetic,
+        "provenance": trace.provenance,
         "model": m.name,
         "family": m.family,
         "moe_layers": m.num_moe_layers,

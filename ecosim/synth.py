@@ -15,14 +15,16 @@ is seeded and vectorised over nodes. What it models, each with a knob:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ecosim.catalog.models import ModelShape
+from ecosim.errors import EcoSimError
 from ecosim.routing.generator import GROUP_LIMITED, Router, RoutingKnobs, route_trees
+from ecosim.synth_draft import default_draft, draft_manifest
 from ecosim.trace.io import write_trace
 from ecosim.tree_config import TREE
 
@@ -44,6 +46,10 @@ class SynthConfig:
     token_affinity: float = 0.5  # weight of the token's own experts in the router's score
     parent_affinity: float = 0.3  # weight of the previous token's (parent's) experts
     context: float = 0.0  # strength of the per-request context (0 = none)
+    context_share: float = 0.0  # > 0: the context is a support of this share of the experts
+    draft: str | None = None  # draft kind imitated (synth_draft.py); default: the family's
+    accept_len: float | None = None  # published acceptance length to match (sets `accept`)
+    preset: str = ""  # where the routing knobs came from (recorded in the manifest)
     prompt_len: int = 64
     active_vocab: int = 4096  # tokens drawn from the most frequent this many (Zipf 1.1)
     gates: bool = False
@@ -134,7 +140,45 @@ def _grow_trees(n_trees: int, cfg: SynthConfig, tokens: _Tokens, rng: np.random.
 def knobs_for(model: ModelShape, cfg: SynthConfig) -> RoutingKnobs:
     """The generator's knobs for a shape: the config's, plus the family's group limits."""
     n_group, topk_group = GROUP_LIMITED.get(model.family, (0, 0))
-    return RoutingKnobs(cfg.token_affinity, cfg.parent_affinity, cfg.context, cfg.skew, n_group, topk_group)
+    return RoutingKnobs(cfg.token_affinity, cfg.parent_affinity, cfg.context, cfg.skew, cfg.context_share, n_group, topk_group)
+
+
+def accepted_length(nodes: dict[str, np.ndarray], per_tree: int) -> float:
+    """Mean tokens per step when whole trees are verified: 1 + depth of the accepted chain, where a
+    node is accepted if its parent is and its token is the target's next after the parent."""
+    tok = nodes["token"].reshape(-1, per_tree)
+    nxt = nodes["target_next"].reshape(-1, per_tree)
+    par = nodes["parent"].reshape(-1, per_tree).astype(np.int64)
+    dep = nodes["depth"].reshape(-1, per_tree).astype(np.int64)
+    rows = np.arange(len(tok))[:, None]
+    acc = np.zeros(tok.shape, dtype=bool)
+    acc[:, 0] = True
+    for d in range(1, int(dep.max(initial=0)) + 1):
+        at = dep == d
+        p = np.maximum(par, 0)
+        ok = acc[rows, p] & (tok == nxt[rows, p])
+        acc[at] = ok[at]
+    return float((np.where(acc, dep, 0).max(axis=1) + 1).mean())
+
+
+def accept_for_length(cfg: SynthConfig, target: float, trees: int = 512) -> float:
+    """The per-node `accept` whose trees reach a mean accepted length of `target` (bisection on a
+    sample of trees grown with the config's shape; routing plays no part)."""
+    def length(a: float) -> float:
+        c = replace(cfg, accept=a)
+        rng = np.random.default_rng(cfg.seed)
+        out = _grow_trees(trees, c, _Tokens(c, 50_000, rng), rng)
+        return accepted_length(out, out["node"].shape[1])
+
+    top = length(1.0)
+    if not 1.0 <= target <= top:
+        raise EcoSimError(f"acceptance length {target} is out of reach of trees of depth {cfg.depth}, topk {cfg.topk}, "
+                          f"{cfg.max_nodes} nodes (1 to {top:.2f})")
+    lo, hi = 0.0, 1.0
+    for _ in range(14):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if length(mid) < target else (lo, mid)
+    return (lo + hi) / 2
 
 
 def _dedup(x: np.ndarray, resample: Any) -> np.ndarray:
@@ -158,6 +202,8 @@ def _dedup(x: np.ndarray, resample: Any) -> np.ndarray:
 
 def synthesize(model: ModelShape, cfg: SynthConfig) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Manifest, positions and nodes of a synthetic trace."""
+    if cfg.accept_len is not None:
+        cfg = replace(cfg, accept=accept_for_length(cfg, cfg.accept_len))
     rng = np.random.default_rng(cfg.seed)
     tokens = _Tokens(cfg, model.vocab_size, rng)
     T, P = cfg.requests * cfg.positions, cfg.positions
@@ -184,16 +230,22 @@ def synthesize(model: ModelShape, cfg: SynthConfig) -> tuple[dict[str, Any], dic
         "n_nodes": np.full(T, n, dtype=np.int16),
     }
     requests = [{"request_id": r, "task": TASKS[r % len(TASKS)], "positions": P} for r in range(cfg.requests)]
-    manifest = {
+    return base_manifest(model, cfg, requests), positions, nodes
+
+
+def base_manifest(model: ModelShape, cfg: SynthConfig, requests: list[dict[str, Any]]) -> dict[str, Any]:
+    """The manifest of a generated trace (provenance synthetic; hybrid.py relabels its own)."""
+    return {
         "synthetic": True,
+        "provenance": {"kind": "synthetic", "source": f"ecosim synth ({cfg.preset or 'knobs as given'})"},
         "model": model.to_manifest(),
-        "draft": {"name": "synthetic", "params": 0, "bytes": 0},
+        "draft": draft_manifest(model, cfg.draft or default_draft(model), cfg.accept_len, cfg.accept),
         "tree": {"depth": cfg.depth, "topk": cfg.topk, "max_nodes": cfg.max_nodes},
         "decoding": {"mode": "greedy"},
         "requests": requests,
         "recorded_on": {"generator": "ecosim synth", "config": dict(cfg.__dict__)},
     }
-    return manifest, positions, nodes
+
 
 
 def write_synthetic(path: Path, model: ModelShape, cfg: SynthConfig) -> Path:

@@ -92,12 +92,18 @@ def ref_manifest(m: Any) -> str | None:
         return "manifest is not an object"
     if m.get("format") != "ecosim-trace":
         return "format"
-    if not _int(m.get("version")) or m["version"] != 1:
+    if not _int(m.get("version")) or m["version"] not in (1, 2):
         return "version"
     for key, typ in (("synthetic", bool), ("model", dict), ("draft", dict), ("tree", dict), ("decoding", dict),
                      ("requests", list), ("recorded_on", dict)):
         if type(m.get(key)) is not typ:
             return f"manifest key {key}"
+    if m["version"] == 2:
+        p = m.get("provenance")
+        if type(p) is not dict or p.get("kind") not in ("real", "hybrid", "synthetic") or type(p.get("source", "")) is not str:
+            return "provenance"
+        if (p["kind"] == "real") == m["synthetic"]:
+            return "provenance vs synthetic"
     mo = m["model"]
     for key in ("name", "family"):
         if type(mo.get(key)) is not str:

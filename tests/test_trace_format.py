@@ -105,7 +105,10 @@ def _expert(row: int, slot: int, value: int):
 
 # (name, mutation, text the error must contain). Rows refer to hand_trace.
 MUTATIONS = [
-    ("unknown version", _manifest(["version"], 2), "version 2 is not supported"),
+    ("unknown version", _manifest(["version"], 3), "version 3 is not supported"),
+    ("provenance not an object", _manifest(["provenance"], "real"), "column 'provenance'"),
+    ("unknown provenance", _manifest(["provenance", "kind"], "measured"), "column 'provenance'"),
+    ("provenance contradicts synthetic", _manifest(["provenance", "kind"], "real"), "contradicts synthetic=True"),
     ("wrong format", _manifest(["format"], "other"), "'format'"),
     ("missing manifest key", _manifest(["tree"], KeyError), "column 'tree'"),
     ("missing model key", _manifest(["model", "top_k"], KeyError), "model.top_k"),
@@ -143,10 +146,11 @@ MUTATIONS = [
 def test_each_broken_invariant_is_one_clear_line(tmp_path, capsys, name, mutate, expect):
     original, p, n = hand_trace()
     m = copy.deepcopy(original)
+    m.setdefault("provenance", {"kind": "synthetic" if m.get("synthetic") else "real", "source": ""})
     mutate(m, p, n)
     path = write_trace(tmp_path / "bad", original, p, n, validate=False)
     # The writer stamps format and version itself, so the manifest goes in as mutated, by hand.
-    (path / "manifest.json").write_text(json.dumps({"format": "ecosim-trace", "version": 1, **m}))
+    (path / "manifest.json").write_text(json.dumps({"format": "ecosim-trace", "version": 2, **m}))
     with pytest.raises(TraceError) as e:
         check_trace(path)
     msg = str(e.value)
@@ -157,7 +161,18 @@ def test_each_broken_invariant_is_one_clear_line(tmp_path, capsys, name, mutate,
 
 
 def test_the_hand_trace_itself_is_valid(tmp_path):
-    assert check_trace(write_trace(tmp_path / "t", *hand_trace()))["version"] == 1
+    m = check_trace(write_trace(tmp_path / "t", *hand_trace()))
+    assert m["version"] == 2 and m["provenance"]["kind"] == "synthetic"
+
+
+def test_a_version_1_trace_still_reads_and_its_provenance_comes_from_synthetic(tmp_path):
+    path = write_trace(tmp_path / "t", *hand_trace())
+    m = json.loads((path / "manifest.json").read_text())
+    del m["provenance"]
+    for synthetic, kind in ((False, "real"), (True, "synthetic")):
+        (path / "manifest.json").write_text(json.dumps({**m, "version": 1, "synthetic": synthetic}))
+        t = read_trace(path)
+        assert t.manifest["version"] == 1 and t.provenance == kind
 
 
 # ------------------------------------------------------------------------ generated valid and broken traces

@@ -14,10 +14,15 @@ from rich.table import Table
 from ecosim.catalog.models import MODELS, get_model
 from ecosim.cli import app, fail, wide_console
 from ecosim.cli.routing import print_routing_stats
+from ecosim.hybrid import write_hybrid
 from ecosim.outputs import TRACE, check_output
-from ecosim.tree_config import TREE, TreeShape
+from ecosim.routing.calibrate import KNOBS, fit, knobs_of, load_preset, moments_plain, preset_path, write_preset
+from ecosim.routing.data import is_routing_dir, read_routing
+from ecosim.routing.importers import import_routing
 from ecosim.synth import SynthConfig, write_synthetic
-from ecosim.trace.io import check_trace, find_traces, read_trace
+from ecosim.synth_draft import DRAFTS, get_draft
+from ecosim.trace.io import check_trace, find_traces, provenance_of, read_trace
+from ecosim.tree_config import TREE, TreeShape
 
 TraceArgs = Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces (with --routing also routing sets and routing dumps).")]
 
@@ -28,7 +33,7 @@ def check(traces: TraceArgs) -> None:
     for path in find_traces([str(p) for p in traces]):
         m = check_trace(path)
         positions = sum(r["positions"] for r in m["requests"])
-        kind = "synthetic" if m["synthetic"] else "real"
+        kind = provenance_of(m)
         print(f"{path}: ok ({kind}, {m['model']['name']}, {len(m['requests'])} requests, {positions} positions)")
 
 
@@ -59,7 +64,7 @@ def inspect(
         usage = r["expert_usage"]
         by_task = ", ".join(f"{k} {v:.2f}" for k, v in r[f"confidence_b{BUDGET}_tokens_per_step_by_task"].items())
         t.add_row(
-            r["trace"], "synthetic" if r["synthetic"] else "real",
+            r["trace"], r.get("provenance", "synthetic" if r["synthetic"] else "real"),
             f"{r['model']} ({r['moe_layers']} x {r['num_experts']}, top-{r['top_k']})",
             ", ".join(f"{k} {v}" for k, v in r["requests_by_task"].items()),
             str(r["positions"]), f"{r['nodes_per_tree_mean']:.1f} (max {r['nodes_per_tree_max']})",
@@ -73,30 +78,75 @@ def inspect(
 
 @app.command()
 def synth(
-    out: Annotated[Path, typer.Argument(help="Directory to write the synthetic trace to.")],
+    out: Annotated[Path, typer.Argument(help="Directory to write the trace to (with --calibrate: the preset .json to write).")],
     model: Annotated[str, typer.Option(help=f"Catalogue shape: {', '.join(sorted(MODELS))}.")] = "deepseek-v3.1",
-    requests: Annotated[int, typer.Option(min=1, help="Requests (task kinds cycle coding, reasoning, qa, dialogue).")] = 4,
-    positions: Annotated[int, typer.Option(min=1, help="Positions per request.")] = 256,
-    depth: Annotated[int, typer.Option(min=1, max=64, help=TreeShape.help("depth"))] = TREE.depth,
-    topk: Annotated[int, typer.Option(min=1, max=64, help=TreeShape.help("topk"))] = TREE.topk,
+    requests: Annotated[int, typer.Option(min=1, help="Requests (task kinds cycle coding, reasoning, qa, dialogue; with --routing: real sequences).")] = 4,
+    positions: Annotated[int, typer.Option(min=1, help="Positions per request (with --routing: at most).")] = 256,
+    depth: Annotated[int | None, typer.Option(min=1, max=64, help=TreeShape.help("depth") + f" Default {TREE.depth}, or the --draft's.")] = None,
+    topk: Annotated[int | None, typer.Option(min=1, max=64, help=TreeShape.help("topk") + f" Default {TREE.topk}, or the --draft's.")] = None,
     max_nodes: Annotated[int, typer.Option(min=1, max=4096, help=TreeShape.help("max_nodes"))] = TREE.max_nodes,
-    accept: Annotated[float, typer.Option(min=0.0, max=1.0, help="P(the target's next token is one of a node's draft children).")] = 0.8,
+    accept: Annotated[float, typer.Option(min=0.0, max=1.0, help="P(the target's next token is one of a node's draft children); overridden by --accept-len or the --draft's published figure.")] = 0.8,
+    accept_len: Annotated[float | None, typer.Option(min=1.0, help="Mean accepted tokens per step to match (a published acceptance length of the imitated draft).")] = None,
+    draft: Annotated[str | None, typer.Option(help=f"Draft kind imitated ({', '.join(DRAFTS)}): its bytes per level go in the manifest; default mtp for DeepSeek-V3, eagle3 otherwise.")] = None,
     confidence: Annotated[float, typer.Option(min=0.01, max=0.99, help="Mean draft probability of the top child.")] = 0.6,
-    skew: Annotated[float, typer.Option(min=0.0, help="Zipf exponent of expert popularity (0 = uniform).")] = 1.0,
-    token_affinity: Annotated[float, typer.Option(min=0.0, max=1.0, help="P(a routed slot takes the token's own expert).")] = 0.5,
-    parent_affinity: Annotated[float, typer.Option(min=0.0, max=1.0, help="P(a routed slot copies the parent's expert).")] = 0.3,
+    preset: Annotated[str | None, typer.Option(help="Routing knobs from a preset (a shipped model name or a .json from --calibrate); default: the model's shipped preset; 'none' for the knobs below.")] = None,
+    skew: Annotated[float | None, typer.Option(min=0.0, help="Zipf exponent of expert popularity (0 = uniform); default from the preset, else 1.0.")] = None,
+    token_affinity: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Weight of the token's own experts; default from the preset, else 0.5.")] = None,
+    parent_affinity: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Weight of the previous token's (parent's) experts; default from the preset, else 0.3.")] = None,
+    context: Annotated[float | None, typer.Option(min=0.0, help="Strength of the per-request context; default from the preset, else 0.")] = None,
+    context_share: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Share of experts the context favours (0 = graded); default from the preset, else 0.")] = None,
+    routing: Annotated[Path | None, typer.Option("--routing", help="Hybrid trace: the continuation from this real routing set (import-routing output), rejected branches generated.")] = None,
+    calibrate: Annotated[Path | None, typer.Option(help="Fit the routing knobs to this real routing set and write a preset to OUT instead of a trace.")] = None,
+    fit_fraction: Annotated[float, typer.Option(min=0.1, max=1.0, help="With --calibrate: share of sequences fitted on; the rest are the check reported.")] = 0.5,
     gates: Annotated[bool, typer.Option(help="Also write gate weights.")] = False,
     seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same trace.")] = 0,
-    force: Annotated[bool, typer.Option("--force", help="Replace a synthetic trace already in OUT (a real, recorded trace is never replaced).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace a synthetic or hybrid trace already in OUT (a real, recorded trace is never replaced).")] = False,
 ) -> None:
-    """Generate a synthetic trace (marked synthetic: an illustration of the model, never a measurement)."""
-    if token_affinity + parent_affinity > 1:
-        fail("--token-affinity + --parent-affinity must be at most 1")
+    """Generate a synthetic or hybrid trace (labelled so: an illustration, never a measurement), or fit a preset."""
+    if calibrate is not None:
+        _calibrate(out, model, calibrate, fit_fraction, seed)
+        return
     check_output(out, TRACE, force=force, keep_protected=True, flag="")  # before generating, not after
     shape = get_model(model)
-    cfg = SynthConfig(requests, positions, depth, topk, max_nodes, accept, confidence, skew, token_affinity,
-                      parent_affinity, gates=gates, seed=seed)
+    given = {"skew": skew, "token_affinity": token_affinity, "parent_affinity": parent_affinity, "context": context,
+             "context_share": context_share}
+    knobs, source = {"skew": 1.0, "token_affinity": 0.5, "parent_affinity": 0.3, "context": 0.0, "context_share": 0.0}, "defaults"
+    name = preset if preset is not None else (shape.name if preset_path(shape.name).is_file() else "none")
+    if name != "none":
+        p = load_preset(name)
+        knobs, source = knobs_of(p), f"preset {name}: {p['source']}"
+    knobs.update({k: v for k, v in given.items() if v is not None})
+    if knobs["token_affinity"] + knobs["parent_affinity"] > 1:
+        fail("--token-affinity + --parent-affinity must be at most 1")
+    d = get_draft(draft) if draft else None
+    cfg = SynthConfig(requests, positions, depth or (d.depth if d and d.depth else TREE.depth), topk or (d.topk if d and d.topk else TREE.topk),
+                      max_nodes, accept, confidence, gates=gates, seed=seed, draft=draft,
+                      accept_len=accept_len if accept_len is not None else (d.accept_len if d else None),
+                      preset=source, **knobs)
+    print("routing knobs: " + ", ".join(f"{k}={v:g}" for k, v in knobs.items()) + f" ({source})")
     t0 = time.perf_counter()
-    path = write_synthetic(out, shape, cfg)
-    print(f"{path}: synthetic {shape.name} trace, {requests} requests x {positions} positions, "
-          f"{time.perf_counter() - t0:.1f} s")
+    if routing is not None:
+        path = write_hybrid(out, shape, cfg, read_routing(routing) if is_routing_dir(routing) else import_routing(routing))
+        kind = "hybrid"
+    else:
+        path = write_synthetic(out, shape, cfg)
+        kind = "synthetic"
+    m = read_trace(path, validate=False).manifest
+    print(f"{path}: {kind} {shape.name} trace, {len(m['requests'])} requests, draft {m['draft']['name']} "
+          f"({m['draft']['bytes'] / 1e6:.1f} MB per level, accept {m['draft']['accept']}), {time.perf_counter() - t0:.1f} s")
+
+
+def _calibrate(out: Path, model: str, routing: Path, fraction: float, seed: int) -> None:
+    if out.exists():
+        fail(f"{out}: exists; refusing to overwrite it")
+    real = read_routing(routing) if is_routing_dir(routing) else import_routing(routing)
+    fit_set, check_set = real.split(fraction, seed) if fraction < 1 else (real, None)
+    t0 = time.perf_counter()
+    knobs, record = fit(fit_set, seed=seed, progress=lambda s: print(s, flush=True))
+    if check_set is not None and len(check_set.seq_len):
+        record["check"] = {"sequences": int(len(check_set.seq_len)), "real": moments_plain(check_set)}
+    src = real.source.get("credit") or real.source.get("path") or ""
+    write_preset(out, get_model(model).name if model else real.model, knobs, record,
+                 f"fitted to real routing of {real.model} ({src}), {len(fit_set.seq_len)} of {len(real.seq_len)} sequences (seed {seed})")
+    print(f"{out}: preset fitted in {time.perf_counter() - t0:.0f} s, loss {record['loss']}: "
+          + ", ".join(f"{k}={getattr(knobs, k):.3f}" for k in KNOBS))

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ecosim.errors import EcoSimError
-from ecosim.trace.io import Trace
+from ecosim.trace.io import Trace, provenance_of
 
 FORMAT = "ecosim-routing"
 VERSION = 1
@@ -145,16 +145,6 @@ def trace_continuation(trace: Trace) -> Routing:
         starts(lens), lens.astype(np.int64), m.num_experts,
         m.name, provenance_of(trace.manifest), {"trace": str(trace.path)}, gates,
     )
-
-
-def provenance_of(manifest: dict[str, Any]) -> str:
-    """A trace's provenance: the v2 `provenance` field, else derived from v1's `synthetic` flag."""
-    p = manifest.get("provenance")
-    if isinstance(p, dict):
-        return str(p.get("kind", "synthetic"))
-    if isinstance(p, str):
-        return p
-    return "synthetic" if manifest.get("synthetic") else "real"
 
 
 # ------------------------------------------------------------------------------------- storage

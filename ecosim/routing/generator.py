@@ -44,6 +44,7 @@ class RoutingKnobs:
     parent_affinity: float = 0.3
     context: float = 0.0
     skew: float = 1.0
+    context_share: float = 0.0  # > 0: the context favours this share of the experts equally (a support), else graded
     n_group: int = 0  # DeepSeek-V3 group-limited routing: groups of experts (0 = off)
     topk_group: int = 0  # groups a token may use
 
@@ -74,10 +75,28 @@ class Router:
         self.log_pop = (-knobs.skew * np.log1p(rank)).astype(np.float32)  # (L, E)
         w = np.exp(self.log_pop.astype(np.float64))
         self.cdf = np.cumsum(w / w.sum(axis=1, keepdims=True), axis=1)
-        self.ctx = (knobs.context * rng.gumbel(size=(requests, layers, num_experts))).astype(np.float32)
+        g = rng.gumbel(size=(requests, layers, num_experts))
+        if knobs.context_share > 0:  # a request's preferred support: its top share of experts by g
+            m = max(1, int(round(knobs.context_share * num_experts)))
+            g = (np.argsort(np.argsort(-g, axis=-1), axis=-1) < m).astype(np.float64)
+        self.ctx = (knobs.context * g).astype(np.float32)
         self.salt = np.uint64(rng.integers(1, 2**62))
         if knobs.n_group and (num_experts % knobs.n_group or not 1 <= knobs.topk_group <= knobs.n_group):
             raise ValueError(f"n_group {knobs.n_group} must divide {num_experts} experts and topk_group lie in [1, n_group]")
+
+    def set_context(self, experts: list[np.ndarray]) -> None:
+        """Each request's context from its real routing ((len, L, k) per request): its support is
+        the experts it uses most (graded by log-frequency when `context_share` is 0)."""
+        kn = self.knobs
+        counts = np.stack([np.stack([np.bincount(e[:, layer].ravel().astype(np.int64), minlength=self.E)
+                                     for layer in range(self.L)]) for e in experts]).astype(np.float64)
+        if kn.context_share > 0:
+            m = max(1, int(round(kn.context_share * self.E)))
+            tie = self.rng.random(counts.shape) * 1e-3
+            g = (np.argsort(np.argsort(-(counts + tie), axis=-1), axis=-1) < m).astype(np.float64)
+        else:
+            g = np.log1p(counts) - np.log1p(counts).mean(axis=-1, keepdims=True)
+        self.ctx = (kn.context * g).astype(np.float32)
 
     def home(self, token: np.ndarray) -> np.ndarray:
         """(n, L, k) experts a token is drawn to, a fixed function of the token (by popularity)."""
@@ -149,12 +168,14 @@ def route_sequences(router: Router, tokens: np.ndarray, request: np.ndarray) -> 
 
 
 def route_trees(router: Router, nodes: dict[str, np.ndarray], tree_start: np.ndarray,
-                roots: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                roots: tuple[np.ndarray, np.ndarray] | None = None,
+                extra: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Routing of every node of a trace's trees (node arrays in trace order).
 
     Roots come from `roots` (real or pre-generated, (trees, L, k) experts and gates, in tree
     order) or are generated as a chain per request; then depth by depth each node from its
-    parent; a node whose path hash matches a root or a shallower node copies it.
+    parent; a node whose path hash matches a root or a shallower node copies it, as does one
+    matching `extra` (hashes, experts, gates of real positions past the last root).
     """
     n = len(nodes["token"])
     req = nodes["request_id"].astype(np.int64)
@@ -195,6 +216,10 @@ def route_trees(router: Router, nodes: dict[str, np.ndarray], tree_start: np.nda
         same = (sh[i] == h[rows]) if len(sh) else np.zeros(len(rows), bool)
         src = known_rows[order[i[same]]]
         ex[rows[same]], gates[rows[same]] = ex[src], gates[src]
+        if extra is not None and len(extra[0]):
+            j = np.minimum(np.searchsorted(extra[0], h[rows]), len(extra[0]) - 1)
+            hit = extra[0][j] == h[rows]
+            ex[rows[hit]], gates[rows[hit]] = extra[1][j[hit]], extra[2][j[hit]]
         known_h = np.concatenate([known_h, h[rows]])
         known_rows = np.concatenate([known_rows, rows])
     return ex, gates

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ecosim.errors import EcoSimError
-from ecosim.trace.schema import FORMAT, MANIFEST, MANIFEST_KEYS, MODEL_KEYS, NODES, POSITIONS, VERSION
+from ecosim.trace.schema import FORMAT, MANIFEST, MANIFEST_KEYS, MODEL_KEYS, NODES, POSITIONS, PROVENANCES, READABLE_VERSIONS
 
 
 class TraceError(EcoSimError):
@@ -52,9 +52,10 @@ def check_manifest(m: Any) -> None:
         raise TraceError(MANIFEST, "must be a JSON object")
     if m.get("format") != FORMAT:
         raise TraceError(MANIFEST, f"'format' is {m.get('format')!r}, expected {FORMAT!r}", column="format")
-    if m.get("version") != VERSION or not _is_int(m.get("version")):
+    if not _is_int(m.get("version")) or m.get("version") not in READABLE_VERSIONS:
         raise TraceError(
-            MANIFEST, f"trace format version {m.get('version')!r} is not supported (this ecosim reads version {VERSION})",
+            MANIFEST, f"trace format version {m.get('version')!r} is not supported (this ecosim reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))})",
             column="version",
         )
     for key, want in MANIFEST_KEYS.items():
@@ -62,6 +63,13 @@ def check_manifest(m: Any) -> None:
             raise TraceError(MANIFEST, "missing key", column=key)
         if not _type_ok(m[key], want):
             raise TraceError(MANIFEST, f"must be {getattr(want, '__name__', 'a number')}", column=key)
+    if m["version"] >= 2:
+        p = m.get("provenance")
+        if not isinstance(p, dict) or p.get("kind") not in PROVENANCES or not isinstance(p.get("source", ""), str):
+            raise TraceError(MANIFEST, f"must be an object with 'kind' one of {', '.join(PROVENANCES)} and a 'source' string",
+                             column="provenance")
+        if (p["kind"] == "real") == m["synthetic"]:
+            raise TraceError(MANIFEST, f"provenance {p['kind']!r} contradicts synthetic={m['synthetic']}", column="provenance")
     model = m["model"]
     for key, want in MODEL_KEYS.items():
         if key not in model:

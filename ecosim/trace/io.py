@@ -34,6 +34,7 @@ from ecosim.trace.schema import (
     NODES,
     POSITION_COLUMNS,
     POSITIONS,
+    PROVENANCES,
     VERSION,
     experts_type,
     gates_type,
@@ -69,7 +70,13 @@ class Trace:
 
     @property
     def synthetic(self) -> bool:
+        """Not a measurement throughout (synthetic or hybrid)."""
         return bool(self.manifest["synthetic"])
+
+    @property
+    def provenance(self) -> str:
+        """real, hybrid or synthetic (version 1 traces: from `synthetic`)."""
+        return provenance_of(self.manifest)
 
     @cached_property
     def model(self) -> ModelShape:
@@ -88,6 +95,14 @@ class Trace:
         """(rows, moe_layers, top_k) view of the routing."""
         m = self.model
         return self.nodes["experts"].reshape(-1, m.num_moe_layers, m.top_k)
+
+
+def provenance_of(manifest: dict[str, Any]) -> str:
+    """A manifest's provenance: version 2's `provenance.kind`, else derived from `synthetic`."""
+    p = manifest.get("provenance")
+    if manifest.get("version", VERSION) >= 2 and isinstance(p, dict) and p.get("kind") in PROVENANCES:
+        return str(p["kind"])
+    return "synthetic" if manifest.get("synthetic") else "real"
 
 
 # ---------------------------------------------------------------------------------------- reading
@@ -345,6 +360,8 @@ def full_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
     """The manifest with `format` and `version` first, as written."""
     rest = {k: v for k, v in manifest.items() if k not in ("format", "version")}
     rest.setdefault("synthetic", False)
+    if not isinstance(rest.get("provenance"), dict):
+        rest["provenance"] = {"kind": "synthetic" if rest["synthetic"] else "real", "source": ""}
     rest.setdefault("recorded_on", {})
     rest.setdefault("decoding", {"mode": "greedy"})
     return {"format": FORMAT, "version": VERSION, **rest}

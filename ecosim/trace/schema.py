@@ -1,11 +1,15 @@
-"""The trace contract (docs/TRACE_FORMAT.md, version 1) as data: files, columns, types."""
+"""The trace contract (docs/TRACE_FORMAT.md; version 2 adds `provenance`) as data: files, columns, types."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
 FORMAT = "ecosim-trace"
-VERSION = 1
+VERSION = 2  # written; version 1 (no `provenance`: derived from `synthetic`) is still read
+READABLE_VERSIONS = (1, 2)
+# Where a trace's routing comes from: a recording, a real continuation with generated rejected
+# branches, or the generator alone (docs/TRACE_FORMAT_V2.md).
+PROVENANCES = ("real", "hybrid", "synthetic")
 MANIFEST = "manifest.json"
 POSITIONS = "positions.parquet"
 NODES = "nodes.parquet"

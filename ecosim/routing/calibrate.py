@@ -1,0 +1,188 @@
+"""Fit the generator's knobs to real routing by moment matching, and the presets that result.
+
+The moments (routing/stats.py's definitions, mean over layers): neighbour overlap, distinct
+experts per window of n = 2, 4, 8, 16, 32, 64 tokens, token recall@k (the `token` predictor fitted
+on half the sequences), and the median layer's busiest-expert share. The generator routes the
+real sequences' own token streams (so token repetition, and hence recall, is the corpus's), on a
+few layers (the knobs are shared by all layers, so the mean over layers needs few), always with
+the same seed (common random numbers: the loss is then nearly smooth in the knobs). Nelder-Mead (in
+the knobs' box) minimises
+
+    loss = sum_n ((W_n - W*_n) / W*_n)^2 + 2 ((O - O*) / O*)^2 + ((R - R*) / R*)^2 + 0.3 ((M - M*) / M*)^2
+           + 4 max_{n=2..64} ((W_n - W*_n) / W*_n)^2
+
+(W: window-distinct curve, O: overlap, R: recall, M: busiest/fair; starred: real).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ecosim.errors import EcoSimError
+from ecosim.routing.data import Routing, starts
+from ecosim.routing.generator import Router, RoutingKnobs, route_sequences
+from ecosim.routing.stats import neighbour_overlap, popularity, token_recall, window_distinct
+
+WINDOWS = (2, 4, 8, 16, 32, 64)
+PRESETS = Path(__file__).parent / "presets"
+FIT_LAYERS = 4
+FIT_SEQUENCES = 64
+KNOBS = ("token_affinity", "parent_affinity", "context", "skew", "context_share")
+BOUNDS = {"token_affinity": (0.0, 0.95), "parent_affinity": (0.0, 0.95), "context": (0.0, 12.0), "skew": (0.0, 3.0),
+          "context_share": (0.05, 1.0)}
+STEPS = {"token_affinity": 0.1, "parent_affinity": 0.08, "context": 2.0, "skew": 0.3, "context_share": 0.15}
+START = RoutingKnobs(token_affinity=0.45, parent_affinity=0.2, context=6.0, skew=0.3, context_share=0.7)
+
+
+def moments(r: Routing) -> dict[str, Any]:
+    w = window_distinct(r, max(WINDOWS))
+    rec = token_recall(r)
+    return {
+        "neighbour_overlap": float(np.nanmean(neighbour_overlap(r))),
+        "window_distinct": {n: float(np.nanmean(w[n - 1])) for n in WINDOWS},
+        "window_curve": [float(np.nanmean(w[n - 1])) for n in range(2, max(WINDOWS) + 1)],
+        "token_recall": None if rec is None else float(rec["token"].mean()),
+        "max_over_fair_median": float(np.median(popularity(r)["max_over_fair"])),
+    }
+
+
+def loss(m: dict[str, Any], target: dict[str, Any]) -> float:
+    x = sum(((m["window_distinct"][n] - target["window_distinct"][n]) / target["window_distinct"][n]) ** 2 for n in WINDOWS)
+    x += 2 * ((m["neighbour_overlap"] - target["neighbour_overlap"]) / target["neighbour_overlap"]) ** 2
+    if target["token_recall"] is not None and m["token_recall"] is not None:
+        x += ((m["token_recall"] - target["token_recall"]) / target["token_recall"]) ** 2
+    x += 0.3 * ((m["max_over_fair_median"] - target["max_over_fair_median"]) / target["max_over_fair_median"]) ** 2
+    # the target is every n within 10%: the worst n of the whole curve counts on its own
+    worst = max(abs(a - b) / b for a, b in zip(m["window_curve"], target["window_curve"]) if b == b and a == a)
+    x += 4 * worst**2
+    return float(x)
+
+
+def simulate(knobs: RoutingKnobs, tokens: list[np.ndarray], num_experts: int, top_k: int, layers: int = FIT_LAYERS,
+             seed: int = 0) -> Routing:
+    """Generated routing of these token streams (one request each)."""
+    lens = np.array([len(t) for t in tokens], dtype=np.int64)
+    P = int(lens.max(initial=1))
+    grid = np.zeros((len(tokens), P), dtype=np.int64)
+    for i, t in enumerate(tokens):
+        grid[i, : len(t)] = t
+    router = Router(layers, num_experts, top_k, knobs, len(tokens), seed)
+    ex, _ = route_sequences(router, grid, np.arange(len(tokens)))
+    keep = np.arange(P)[None, :] < lens[:, None]
+    tok = np.concatenate([np.asarray(t, dtype=np.int64) for t in tokens])
+    return Routing(ex[keep], tok, starts(lens), lens, num_experts, provenance="synthetic")
+
+
+def fit(real: Routing, *, sequences: int = FIT_SEQUENCES, layers: int = FIT_LAYERS, seed: int = 0, iterations: int = 60,
+        start: RoutingKnobs | None = None, progress: Callable[[str], None] | None = None) -> tuple[RoutingKnobs, dict[str, Any]]:
+    """Knobs whose generated routing matches `real`'s moments; and the fit's record."""
+    if len(real.seq_len) < 2 or real.seq_len.max(initial=0) < max(WINDOWS):
+        raise EcoSimError(f"calibration needs at least 2 sequences and one of {max(WINDOWS)} tokens or more")
+    target = moments(real)
+    pick = np.sort(np.random.default_rng(seed).permutation(len(real.seq_len))[: min(sequences, len(real.seq_len))])
+    sub = real.subset(pick)
+    rec = token_recall(sub)
+    target["token_recall"] = None if rec is None else float(rec["token"].mean())  # same corpus size as the simulation
+    tokens = [sub.token[a : a + n] for a, n in zip(sub.seq_start, sub.seq_len)]
+    knobs0 = start or START
+
+    def as_knobs(x: np.ndarray) -> RoutingKnobs:
+        v = {k: float(np.clip(x[i], *BOUNDS[k])) for i, k in enumerate(KNOBS)}
+        v["parent_affinity"] = min(v["parent_affinity"], 0.98 - v["token_affinity"])
+        return replace(knobs0, **v)
+
+    memo: dict[RoutingKnobs, tuple[float, dict[str, Any]]] = {}
+
+    def score(x: np.ndarray) -> float:
+        k = as_knobs(x)
+        if k not in memo:
+            m = moments(simulate(k, tokens, real.num_experts, real.top_k, layers, seed))
+            memo[k] = (loss(m, target), m)
+        return memo[k][0]
+
+    # Nelder-Mead on the box (points clipped into it), from START and one step along each knob.
+    x0 = np.array([getattr(knobs0, k) for k in KNOBS], dtype=float)
+    simplex = [x0] + [x0 + np.eye(len(KNOBS))[i] * STEPS[k] for i, k in enumerate(KNOBS)]
+    vals = [score(x) for x in simplex]
+    for it in range(iterations):
+        order = np.argsort(vals)
+        simplex, vals = [simplex[i] for i in order], [vals[i] for i in order]
+        if progress and it % 10 == 0:
+            progress(f"iteration {it}/{iterations}: loss {vals[0]:.4f}, {as_knobs(simplex[0])}")
+        centre = np.mean(simplex[:-1], axis=0)
+        xr = centre + (centre - simplex[-1])
+        fr = score(xr)
+        if fr < vals[0]:
+            xe = centre + 2 * (centre - simplex[-1])
+            fe = score(xe)
+            simplex[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            simplex[-1], vals[-1] = xr, fr
+        else:
+            xc = centre + 0.5 * (simplex[-1] - centre)
+            fc = score(xc)
+            if fc < vals[-1]:
+                simplex[-1], vals[-1] = xc, fc
+            else:
+                simplex = [simplex[0]] + [simplex[0] + 0.5 * (x - simplex[0]) for x in simplex[1:]]
+                vals = [vals[0]] + [score(x) for x in simplex[1:]]
+    i = int(np.argmin(vals))
+    knobs = as_knobs(simplex[i])
+    best, got = memo[knobs]
+    evals = len(memo)
+    return knobs, {"target": _plain(target), "achieved": _plain(got), "loss": round(best, 5), "evaluations": evals,
+                   "fit_layers": layers, "fit_sequences": len(pick), "seed": seed}
+
+
+def moments_plain(r: Routing) -> dict[str, Any]:
+    """`moments` of a routing set, JSON-ready."""
+    return _plain(moments(r))
+
+
+def _plain(m: dict[str, Any]) -> dict[str, Any]:
+    out = dict(m)
+    out["window_distinct"] = {str(n): round(v, 3) for n, v in m["window_distinct"].items()}
+    out.pop("window_curve", None)
+    return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
+
+
+# ------------------------------------------------------------------------------------ presets
+
+
+def preset_path(model: str) -> Path:
+    return PRESETS / f"{model}.json"
+
+
+def load_preset(path_or_model: str) -> dict[str, Any]:
+    """A preset by catalogue model name (shipped) or by path."""
+    p = Path(path_or_model)
+    if not p.is_file():
+        p = preset_path(path_or_model)
+    if not p.is_file():
+        raise EcoSimError(f"no synth preset {path_or_model!r} (shipped: {', '.join(sorted(x.stem for x in PRESETS.glob('*.json')))})")
+    try:
+        d = json.loads(p.read_text())
+        RoutingKnobs(**{k: d["knobs"][k] for k in KNOBS})
+    except (ValueError, KeyError, TypeError) as e:
+        raise EcoSimError(f"{p}: not a synth preset ({e})") from None
+    return d
+
+
+def knobs_of(preset: dict[str, Any]) -> dict[str, float]:
+    return {k: float(preset["knobs"][k]) for k in KNOBS}
+
+
+def write_preset(path: Path, model: str, knobs: RoutingKnobs, record: dict[str, Any], source: str) -> Path:
+    if path.exists():
+        raise EcoSimError(f"{path}: exists; refusing to overwrite it")
+    d = {"model": model, "knobs": {k: round(v, 4) for k, v in asdict(knobs).items() if k in KNOBS},
+         "source": source, "fit": record}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(d, indent=1) + "\n")
+    return path

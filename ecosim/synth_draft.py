@@ -1,0 +1,74 @@
+"""Which draft a synthetic trace imitates: its acceptance length and what it costs to run.
+
+A draft is priced by the bytes it reads per tree level (the cost model's default draft time is
+depth x draft bytes / bandwidth), so no synthetic trace drafts for free. Acceptance: the
+generator's per-node `accept` is set by bisection so that the trees' mean accepted length (tokens
+per step with the whole tree verified) equals a published acceptance length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ecosim.catalog.models import ModelShape
+from ecosim.errors import EcoSimError
+
+
+@dataclass(frozen=True)
+class DraftKind:
+    name: str
+    kind: str
+    accept_len: float | None  # published mean accepted tokens per step, None: not published for this use
+    depth: int | None  # tree shape the figure was measured with (None: keep the trace's)
+    topk: int | None
+    source: str
+
+
+DRAFTS: dict[str, DraftKind] = {
+    d.name: d
+    for d in [
+        # DeepSeek-V3 Technical Report (arXiv:2412.19437), section 5.4.3: with one MTP module the second
+        # token is accepted 85-90% of the time (1.8x tokens per second); 1.875 is the midpoint, one chain.
+        DraftKind("mtp", "mtp", 1.875, 1, 1, "DeepSeek-V3 Technical Report (arXiv:2412.19437) s5.4.3: second-token "
+                  "acceptance 85-90% with one MTP module (1.875 = midpoint, depth 1)"),
+        # An EAGLE-style head: one decoder layer plus the target's LM head; no published acceptance
+        # length is asserted here: give --accept-len with its source.
+        DraftKind("eagle3", "eagle3", None, None, None, "one decoder layer + the target's LM head (bytes derived from "
+                  "the target's shape); acceptance not published here: use --accept-len"),
+    ]
+}
+
+
+def get_draft(name: str) -> DraftKind:
+    if name not in DRAFTS:
+        raise EcoSimError(f"unknown draft {name!r}; known: {', '.join(DRAFTS)}")
+    return DRAFTS[name]
+
+
+def default_draft(model: ModelShape) -> str:
+    """MTP for DeepSeek-V3 (it ships an MTP module), an EAGLE-style head otherwise."""
+    return "mtp" if model.family == "deepseek_v3" else "eagle3"
+
+
+def draft_bytes(model: ModelShape) -> int:
+    """Bytes one draft level reads: one layer of the target (its share of the dense bytes less the
+    LM head, plus top-k routed experts for an MoE layer as in MTP) and the target's LM head.
+
+    lm_head = vocab x hidden x 2 (BF16, as catalog/models.py counts it);
+    per_layer_dense = (dense_bytes - lm_head) / num_layers.
+    """
+    lm_head = model.vocab_size * model.hidden_size * 2
+    per_layer = max(model.dense_bytes - lm_head, 0) / model.num_layers
+    return int(round(per_layer + model.top_k * model.expert_bytes + lm_head))
+
+
+def draft_manifest(model: ModelShape, name: str, accept_len: float | None, accept: float) -> dict[str, Any]:
+    d = get_draft(name)
+    b = draft_bytes(model)
+    return {
+        "name": d.name, "kind": d.kind, "params": int(round(b / model.bytes_per_param)), "bytes": b,
+        "accept_len": accept_len, "accept": round(accept, 4), "source": d.source,
+        "bytes_source": "one target layer (dense share + top-k experts) + the target's full LM head, from the catalogue "
+                        "shape (a draft with its own smaller vocabulary reads less: not modelled)",
+    }
