@@ -22,6 +22,8 @@ from ecosim.cli.options import BwEff, ComputeEff, CostMode, DraftTime, Overhead,
 from ecosim.predictors import BUILTIN, KINDS, ExpertPredictor, ScoringPredictor, Selection, get_predictor
 from ecosim.predictors.evaluate import Tally, evaluate
 from ecosim.predictors.view import draft_view, fingerprint, request_ids, request_mask
+from ecosim.catalog.models import get_model
+from ecosim.routing.data import as_trace, is_routing_dir, read_routing
 from ecosim.trace.io import Trace, find_traces, read_trace
 
 predictor_app = make_app("predictor", "Train and evaluate expert predictors (what `ecospec` scores candidates with).")
@@ -42,7 +44,16 @@ def _selection(k: int | None, mass: float | None, max_size: int | None) -> Selec
 
 
 def _read(paths: list[Path]) -> list[Trace]:
-    return [read_trace(p) for p in find_traces([str(p) for p in paths])]
+    """Traces; a routing set (import-routing output) is read as one-candidate trees (routing/data.py
+    `as_trace`: each next token predicted from its token), its model the catalogue shape named in it."""
+    out: list[Trace] = []
+    for p in paths:
+        if is_routing_dir(p):
+            r = read_routing(p)
+            out.append(as_trace(r, get_model(r.model), p))
+        else:
+            out.extend(read_trace(q) for q in find_traces([str(p)]))
+    return out
 
 
 @predictor_app.command("train")
@@ -144,7 +155,8 @@ def eval_cmd(
             total = Tally(tally.layers, tally.top_k)
         if (total.layers, total.top_k) == (tally.layers, tally.top_k):
             total.merge(tally)
-        per.append({"trace": trace.name, "path": str(trace.path), "synthetic": trace.synthetic, "requests": reqs,
+        per.append({"trace": trace.name, "path": str(trace.path), "synthetic": trace.synthetic,
+                    "provenance": trace.provenance, "requests": reqs,
                     "split": how, "nodes_per_tree": round(draft_view(trace).n_rows / max(trace.n_trees, 1), 2),
                     **tally.report()})
     assert total is not None
@@ -170,7 +182,7 @@ def _print_table(out: dict[str, Any]) -> None:
     for r in rows:
         m = r["marginal"]
         t.add_row(
-            r["trace"], ("synthetic" if r["synthetic"] else "real") if "synthetic" in r else "",
+            r["trace"], r.get("provenance", ("synthetic" if r["synthetic"] else "real")) if "synthetic" in r else "",
             ",".join(map(str, r["requests"])) if "requests" in r else "", r.get("split", ""), str(r["rows"]),
             _fmt(r["recall"], ".4f"), _fmt(r["precision"], ".4f"), _fmt(r["set_size"], ".2f"),
             _fmt(m.get("true_mean"), ".2f"), _fmt(m.get("predicted_mean"), ".2f"), _fmt(m.get("mae"), ".2f"),

@@ -80,8 +80,10 @@ def simulate(knobs: RoutingKnobs, tokens: list[np.ndarray], num_experts: int, to
 
 
 def fit(real: Routing, *, sequences: int = FIT_SEQUENCES, layers: int = FIT_LAYERS, seed: int = 0, iterations: int = 60,
-        start: RoutingKnobs | None = None, progress: Callable[[str], None] | None = None) -> tuple[RoutingKnobs, dict[str, Any]]:
-    """Knobs whose generated routing matches `real`'s moments; and the fit's record."""
+        start: RoutingKnobs | None = None, free: tuple[str, ...] = KNOBS, progress: Callable[[str], None] | None = None) -> tuple[RoutingKnobs, dict[str, Any]]:
+    """Knobs whose generated routing matches `real`'s moments; and the fit's record. Only the knobs
+    named in `free` move (context and context_share trade off against each other: fixing one makes
+    the rest identifiable, which is how the recovery test pins them)."""
     if len(real.seq_len) < 2 or real.seq_len.max(initial=0) < max(WINDOWS):
         raise EcoSimError(f"calibration needs at least 2 sequences and one of {max(WINDOWS)} tokens or more")
     target = moments(real)
@@ -93,7 +95,7 @@ def fit(real: Routing, *, sequences: int = FIT_SEQUENCES, layers: int = FIT_LAYE
     knobs0 = start or START
 
     def as_knobs(x: np.ndarray) -> RoutingKnobs:
-        v = {k: float(np.clip(x[i], *BOUNDS[k])) for i, k in enumerate(KNOBS)}
+        v = {k: float(np.clip(x[i], *BOUNDS[k])) for i, k in enumerate(free)}
         v["parent_affinity"] = min(v["parent_affinity"], 0.98 - v["token_affinity"])
         return replace(knobs0, **v)
 
@@ -107,8 +109,8 @@ def fit(real: Routing, *, sequences: int = FIT_SEQUENCES, layers: int = FIT_LAYE
         return memo[k][0]
 
     # Nelder-Mead on the box (points clipped into it), from START and one step along each knob.
-    x0 = np.array([getattr(knobs0, k) for k in KNOBS], dtype=float)
-    simplex = [x0] + [x0 + np.eye(len(KNOBS))[i] * STEPS[k] for i, k in enumerate(KNOBS)]
+    x0 = np.array([getattr(knobs0, k) for k in free], dtype=float)
+    simplex = [x0] + [x0 + np.eye(len(free))[i] * STEPS[k] for i, k in enumerate(free)]
     vals = [score(x) for x in simplex]
     for it in range(iterations):
         order = np.argsort(vals)

@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ecosim.catalog.models import ModelShape
 from ecosim.errors import EcoSimError
 from ecosim.trace.io import Trace, provenance_of
 
@@ -210,3 +211,40 @@ def read_routing(path: str | Path) -> Routing:
         lens, int(m["num_experts"]), str(m.get("name", "unknown")), str(meta.get("provenance", "real")),
         dict(meta.get("source", {})), gates, meta.get("token_strings"), meta.get("sequence_labels"),
     )
+
+
+def as_trace(r: Routing, model: ModelShape, path: Path | None = None) -> Trace:
+    """A routing set as a trace a predictor can be scored on: each position p is a tree of its
+    root (token p, experts p) and one candidate, the next token with its real experts (the same
+    token in the same context as root p + 1). Requests are the sequences, so leave-requests-out
+    fits on some answers and predicts others. Sequences shorter than 2 tokens are left out."""
+    if (r.layers, r.top_k, r.num_experts) != (model.num_moe_layers, model.top_k, model.num_experts):
+        raise EcoSimError(f"routing is {r.layers} layers x {r.num_experts} experts, top-{r.top_k}; "
+                          f"{model.name} is {model.num_moe_layers} x {model.num_experts}, top-{model.top_k}")
+    if (r.token < 0).any() or int(r.token.max(initial=0)) >= model.vocab_size:
+        raise EcoSimError("predictor evaluation on routing needs token ids within the model's vocabulary")
+    seqs = np.flatnonzero(r.seq_len >= 2)
+    P = r.seq_len[seqs] - 1
+    rows = np.concatenate([r.seq_start[s] + np.arange(p) for s, p in zip(seqs, P)])
+    req = np.repeat(np.arange(len(seqs)), P).astype(np.int32)
+    pos = np.concatenate([np.arange(p) for p in P]).astype(np.int32)
+    T = len(rows)
+    both = np.stack([rows, rows + 1], axis=1).reshape(-1)
+    after = np.stack([rows + 1, np.minimum(rows + 2, r.n_tokens - 1)], axis=1).reshape(-1)
+    nodes = {
+        "request_id": np.repeat(req, 2), "pos": np.repeat(pos, 2), "node": np.tile([0, 1], T).astype(np.int16),
+        "parent": np.tile([-1, 0], T).astype(np.int16), "depth": np.tile([0, 1], T).astype(np.int8),
+        "token": r.token[both].astype(np.int32), "draft_logprob": np.tile([0.0, -0.1], T).astype(np.float32),
+        "target_next": r.token[after].astype(np.int32), "target_logprob": np.tile([np.nan, -0.1], T).astype(np.float32),
+        "experts": r.experts[both].reshape(2 * T, -1).astype(np.int16),
+    }
+    positions = {"request_id": req, "pos": pos, "context_len": (pos + 1).astype(np.int32), "n_nodes": np.full(T, 2, np.int16)}
+    manifest = {
+        "format": "ecosim-trace", "version": 2, "synthetic": r.provenance != "real",
+        "provenance": {"kind": r.provenance, "source": str(r.source.get("credit") or r.source.get("path") or "")},
+        "model": model.to_manifest(), "draft": {"name": "next-token", "params": 0, "bytes": 0},
+        "tree": {"depth": 1, "topk": 1, "max_nodes": 1}, "decoding": {"mode": "greedy"},
+        "requests": [{"request_id": i, "task": "routing", "positions": int(p)} for i, p in enumerate(P)],
+        "recorded_on": {"routing": {k: v for k, v in r.source.items() if k != "readme"}},
+    }
+    return Trace(path or Path(r.model), manifest, positions, nodes)
