@@ -730,7 +730,7 @@ def k_manifest_value(rng, base):
 def k_manifest_version(rng, base):
     m = json.loads(base.bytes[MANIFEST])
     key = "version" if rng.random() < 0.7 else "format"
-    value = [0, 2, -1, "1", 1.0, True, None, 10**20, [1], {"v": 1}, KeyError, "ecosim-trace-v2", "ECOSIM-TRACE"]
+    value = [0, 3, -1, "1", 1.0, True, None, 10**20, [1], {"v": 1}, KeyError, "ecosim-trace-v2", "ECOSIM-TRACE"]
     v = value[int(rng.integers(0, len(value)))]
     _set_path(m, (key,), v)
     return _manifest_case(base, m, f"{key} = {v}", True)
