@@ -188,3 +188,22 @@ def write_preset(path: Path, model: str, knobs: RoutingKnobs, record: dict[str, 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(d, indent=1) + "\n")
     return path
+
+
+def scaled_presets(base_model: str, models: list[str]) -> list[Path]:
+    """Presets for other catalogue shapes from a fitted one: the knobs are scale-free router scores,
+    so the same knobs are used with each shape's own experts, top-k and layers. Not fitted to those
+    models' routing (none is at hand): each preset's `source` says so."""
+    base = load_preset(base_model)
+    out = []
+    for m in models:
+        if m == base_model:
+            continue
+        d = {"model": m, "knobs": base["knobs"],
+             "source": f"not fitted to {m}: the knobs of the {base_model} fit ({base['source']}) applied to {m}'s shape "
+                       "(its own experts, top-k and layers; group limits of its family)",
+             "fit": None}
+        p = preset_path(m)
+        p.write_text(json.dumps(d, indent=1) + "\n")
+        out.append(p)
+    return out
