@@ -68,7 +68,8 @@ def draft_manifest(model: ModelShape, name: str, accept_len: float | None, accep
     b = draft_bytes(model)
     return {
         "name": d.name, "kind": d.kind, "params": int(round(b / model.bytes_per_param)), "bytes": b,
-        "accept_len": accept_len, "accept": round(accept, 4), "source": d.source,
+        "accept_len": accept_len, "accept": round(accept, 4),
+        "source": d.source if accept_len is not None else f"{d.kind} bytes; acceptance: accept={accept:.3g} as given, not a published figure",
         "bytes_source": "one target layer (dense share + top-k experts) + the target's full LM head, from the catalogue "
                         "shape (a draft with its own smaller vocabulary reads less: not modelled)",
     }
