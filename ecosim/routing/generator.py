@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ecosim.errors import EcoSimError
+
 # DeepSeek-V3 / V3.1 config.json: n_group 8, topk_group 4 (each token's 8 experts lie in at most
 # 4 of 8 groups of 32); keyed by the catalogue family.
 GROUP_LIMITED: dict[str, tuple[int, int]] = {"deepseek_v3": (8, 4)}
@@ -82,7 +84,7 @@ class Router:
         self.ctx = (knobs.context * g).astype(np.float32)
         self.salt = np.uint64(rng.integers(1, 2**62))
         if knobs.n_group and (num_experts % knobs.n_group or not 1 <= knobs.topk_group <= knobs.n_group):
-            raise ValueError(f"n_group {knobs.n_group} must divide {num_experts} experts and topk_group lie in [1, n_group]")
+            raise EcoSimError(f"n_group {knobs.n_group} must divide {num_experts} experts and topk_group lie in [1, n_group]")
 
     def set_context(self, experts: list[np.ndarray]) -> None:
         """Each request's context from its real routing ((len, L, k) per request): its support is
