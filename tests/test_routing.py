@@ -17,7 +17,7 @@ from ecosim.cli import main
 from ecosim.errors import EcoSimError
 from ecosim.hybrid import synthesize_hybrid
 from ecosim.routing.calibrate import fit, moments, simulate
-from ecosim.routing.data import Routing, from_lists, read_routing, write_routing
+from ecosim.routing.data import Routing, from_lists, read_routing
 from ecosim.routing.generator import RoutingKnobs, path_hashes
 from ecosim.routing.importers import import_routing
 from ecosim.routing.stats import neighbour_overlap, routing_stats, window_distinct
