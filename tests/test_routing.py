@@ -250,3 +250,39 @@ def test_fit_recovers_known_knobs() -> None:
     for n in (2, 8, 32):
         assert got["window_distinct"][n] == pytest.approx(want["window_distinct"][n], rel=0.05)
     assert got["neighbour_overlap"] == pytest.approx(want["neighbour_overlap"], abs=0.03)
+
+
+# ------------------------------------------------------------------------------------- end to end
+
+
+def test_cli_import_inspect_calibrate_synth_and_hybrid(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """import-routing -> inspect --routing --json -> synth --calibrate -> synth --preset and --routing."""
+    shape = get_model("mixtral-8x7b")  # 32 layers x 8 experts, top-2: a catalogue shape with few experts
+    rng = np.random.default_rng(2)
+    knobs = RoutingKnobs(token_affinity=0.5, parent_affinity=0.2, context=2.0, skew=0.3)
+    toks = [rng.integers(0, 50, 70) for _ in range(4)]
+    r = simulate(knobs, toks, shape.num_experts, shape.top_k, layers=shape.num_moe_layers, seed=3)
+    (tmp_path / "src.json").write_text(json.dumps([{"routed_experts": r.experts[a : a + n].tolist(), "token_ids": t.tolist()}
+                                                   for a, n, t in zip(r.seq_start, r.seq_len, toks)]))
+    routing = tmp_path / "routing"
+    assert main(["import-routing", str(tmp_path / "src.json"), "--out", str(routing), "--model", "mixtral-8x7b"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", "--routing", str(routing), "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)[0]
+    assert stats["provenance"] == "real" and stats["tokens"] == 280 and stats["model"] == "mixtral-8x7b"
+    preset = tmp_path / "preset.json"
+    assert main(["synth", str(preset), "--model", "mixtral-8x7b", "--calibrate", str(routing), "--fit-fraction", "1"]) == 0
+    assert json.loads(preset.read_text())["model"] == "mixtral-8x7b"
+    assert main(["synth", str(preset), "--model", "mixtral-8x7b", "--calibrate", str(routing)]) == 2  # never overwritten
+    capsys.readouterr()
+    out = tmp_path / "s"
+    assert main(["synth", str(out), "--model", "mixtral-8x7b", "--preset", str(preset), "--requests", "1", "--positions", "8",
+                 "--depth", "2", "--topk", "2", "--max-nodes", "4"]) == 0
+    assert "routing knobs:" in capsys.readouterr().out
+    hyb = tmp_path / "h"
+    assert main(["synth", str(hyb), "--model", "mixtral-8x7b", "--routing", str(routing), "--requests", "2", "--positions", "10",
+                 "--depth", "2", "--topk", "2", "--max-nodes", "4", "--accept-len", "1.5"]) == 0
+    assert main(["check", str(hyb)]) == 0
+    assert "(hybrid, mixtral-8x7b, 2 requests, 20 positions)" in capsys.readouterr().out
+    m = json.loads((hyb / "manifest.json").read_text())
+    assert m["version"] == 2 and m["provenance"]["kind"] == "hybrid" and m["draft"]["accept_len"] == 1.5
