@@ -54,7 +54,7 @@ def moments(r: Routing) -> dict[str, Any]:
 
 def loss(m: dict[str, Any], target: dict[str, Any]) -> float:
     x = sum(((m["window_distinct"][n] - target["window_distinct"][n]) / target["window_distinct"][n]) ** 2 for n in WINDOWS)
-    x += 2 * ((m["neighbour_overlap"] - target["neighbour_overlap"]) / target["neighbour_overlap"]) ** 2
+    x += 6 * ((m["neighbour_overlap"] - target["neighbour_overlap"]) / target["neighbour_overlap"]) ** 2
     if target["token_recall"] is not None and m["token_recall"] is not None:
         x += ((m["token_recall"] - target["token_recall"]) / target["token_recall"]) ** 2
     x += 0.3 * ((m["max_over_fair_median"] - target["max_over_fair_median"]) / target["max_over_fair_median"]) ** 2
