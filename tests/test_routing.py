@@ -93,6 +93,13 @@ def test_megatron_router_trace_jsonl(tmp_path: Path) -> None:
     assert (r.token == -1).all()
 
 
+def _object_npy(path: Path) -> None:
+    """An .npy of dtype object (its payload would be a pickle): header only, then junk bytes."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "|O", "fortran_order": False, "shape": (1,)})
+        f.write(b"\x80\x04junk")
+
+
 MALFORMED = [
     ("bad.npy", lambda p: np.save(p, np.zeros((3, 4))), "integer array"),
     ("bad.json", lambda p: p.write_text("[[1, 2], [3]]"), "routed_experts"),
@@ -100,7 +107,7 @@ MALFORMED = [
     ("sg.json", lambda p: p.write_text(json.dumps({"records": [{"input_ids": [1]}]})), "has no 'positions'"),
     ("x.jsonl", lambda p: p.write_text('{"step": 0}\n'), "lacks step/layer/top_indices"),
     ("x.pt", lambda p: p.write_bytes(b"\x80\x04"), "never unpickles"),
-    ("obj.npy", lambda p: np.save(p, np.array([{"a": 1}], dtype=object), allow_pickle=True), "without pickle"),
+    ("obj.npy", lambda p: _object_npy(p), "without pickle"),
 ]
 
 
