@@ -225,6 +225,21 @@ def test_hybrid_roots_and_accepted_children_are_exactly_real() -> None:
         assert tok[row, 0] == toks[s][i] and (ex[row, 0] == seqs[s][i].reshape(-1)).all()
         for k in np.flatnonzero((par[row] == 0) & (tok[row] == toks[s][i + 1])):
             assert (ex[row, k] == seqs[s][i + 1].reshape(-1)).all()
+    # every accepted node, at any depth, is the real token and routing of its position
+    nxt = nodes["target_next"].reshape(-1, n)
+    dep = nodes["depth"].reshape(-1, n)
+    deep = 0
+    for row, (s, i) in enumerate(flat):
+        node, d = 0, 0
+        while True:
+            kids = np.flatnonzero((par[row] == node) & (tok[row] == nxt[row, node]))
+            if not len(kids) or i + d + 1 >= len(seqs[s]):
+                break
+            node, d = int(kids[0]), d + 1
+            deep += d >= 2
+            assert tok[row, node] == toks[s][i + d] and dep[row, node] == d
+            assert (ex[row, node] == seqs[s][i + d].reshape(-1)).all()
+    assert deep > 0  # the case was exercised
     order, same = _groups_by_path(m, pos, nodes)
     x = nodes["experts"][order]
     assert (x[1:][same] == x[:-1][same]).all()
