@@ -14,8 +14,9 @@ from conftest import ROOT
 LAYERS = [
     ["ecosim.errors", "ecosim.units", "ecosim.bitsets", "ecosim.metrics", "ecosim.catalog", "ecosim.trace.schema",
      "ecosim.version", "ecosim.outputs", "ecosim.tree_config"],
-    ["ecosim.trace", "ecosim.tree", "ecosim.placement", "ecosim.cache", "ecosim.oracle", "ecosim.synth"],
-    ["ecosim.cost", "ecosim.predictors"],
+    ["ecosim.trace", "ecosim.tree", "ecosim.placement", "ecosim.cache", "ecosim.oracle", "ecosim.synth",
+     "ecosim.synth_draft", "ecosim.routing.generator"],
+    ["ecosim.cost", "ecosim.predictors", "ecosim.routing", "ecosim.hybrid"],
     ["ecosim.policies"],
     ["ecosim.replay", "ecosim.stream", "ecosim.des", "ecosim.simulate", "ecosim.summary"],
     ["ecosim.sweep"],

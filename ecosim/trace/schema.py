@@ -8,7 +8,7 @@ FORMAT = "ecosim-trace"
 VERSION = 2  # written; version 1 (no `provenance`: derived from `synthetic`) is still read
 READABLE_VERSIONS = (1, 2)
 # Where a trace's routing comes from: a recording, a real continuation with generated rejected
-# branches, or the generator alone (docs/TRACE_FORMAT_V2.md).
+# branches, or the generator alone (docs/TRACE_FORMAT.md, Versions).
 PROVENANCES = ("real", "hybrid", "synthetic")
 MANIFEST = "manifest.json"
 POSITIONS = "positions.parquet"
