@@ -49,18 +49,21 @@ def render(doc: dict) -> str:
     if rows:
         out += ["| figure | value | target | | what |", "|---|---:|---|---|---|", *rows, ""]
 
-    traces = [k[len("quality.") : -len(".ar_ms_per_token")] for k in figs if k.startswith("quality.") and k.endswith(".ar_ms_per_token")]
-    if traces:
-        out += ["| trace | ar ms/token | confidence best | ecospec best | oracle bound | ecospec / confidence | "
-                "ecospec of bound | confidence of bound |", "|---|---:|---|---|---:|---:|---:|---:|"]
-        for t in traces:
-            b = f"quality.{t}"
-            c, e = figs[f"{b}.confidence_best_ms_per_token"], figs[f"{b}.ecospec_best_ms_per_token"]
-            kind = "real" if "real" in figs[f"{b}.ar_ms_per_token"]["note"] else "synthetic"
-            out.append(f"| {t} ({kind}) | {_f(figs[f'{b}.ar_ms_per_token']['value'], 4)} | {_f(c['value'], 4)} ({c['note']}) "
-                       f"| {_f(e['value'], 4)} ({e['note']}) | {_f(figs[f'{b}.oracle_ms_per_token']['value'], 4)} "
-                       f"| {figs[f'{b}.ecospec_over_confidence']['value']:.3f}x | {figs[f'{b}.ecospec_of_oracle']['value']:.3f} "
-                       f"| {figs[f'{b}.confidence_of_oracle']['value']:.3f} |")
+    configs = [k[len("quality.") : -len(".ar_ms_per_token")] for k in figs if k.startswith("quality.") and k.endswith(".ar_ms_per_token")]
+    if configs:
+        out += ["| trace, device, placement | ar | confidence best | ecospec best (tuned) | auto (untuned) | reference | "
+                "oracle | eagle2-default | auto / confidence | auto / eagle2 | confidence / eagle2 | auto of reference | "
+                "auto of bound |", "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for c in configs:
+            b = f"quality.{c}"
+            ms = lambda k: _f(figs[f"{b}.{k}_ms_per_token"]["value"], 4)  # noqa: E731
+            note = lambda k: figs[f"{b}.{k}_ms_per_token"]["note"]  # noqa: E731
+            kind = "real" if "real" in note("ar") else "synthetic"
+            out.append(f"| {c} ({kind}) | {ms('ar')} | {ms('confidence_best')} ({note('confidence_best')}) "
+                       f"| {ms('ecospec_best')} ({note('ecospec_best')}) | {ms('auto')} | {ms('reference')} | {ms('oracle')} "
+                       f"| {ms('eagle2_default')} | {figs[f'{b}.auto_over_confidence']['value']:.3f}x "
+                       f"| {figs[f'{b}.auto_over_eagle2']['value']:.3f}x | {figs[f'{b}.confidence_over_eagle2']['value']:.3f}x "
+                       f"| {figs[f'{b}.auto_of_reference']['value']:.3f} | {figs[f'{b}.auto_of_oracle']['value']:.3f} |")
         out.append("")
     return "\n".join(out)
 

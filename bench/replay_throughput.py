@@ -42,17 +42,18 @@ POLICIES = {
     "ecospec": (PolicySpec("ecospec", 16, 0.5, "oracle"), 1 / 10),
     "ecospec_lam0.1": (PolicySpec("ecospec", 16, 0.1, "oracle"), 1 / 10),
     "oracle": (PolicySpec("oracle"), 1 / 3),
+    "ecospec_auto": (PolicySpec("ecospec-auto", predictor="oracle"), 1 / 10),
 }
 
 
-def prepare(r: TraceReplay, spec: PolicySpec) -> None:
+def prepare(r: TraceReplay, spec: PolicySpec, cost=None) -> None:
     """The per-trace work a sweep shares across configurations."""
     t = r.trees
     _ = t.cum_logprob, t.accepted, t.accept_len, t.chain, t.tree_of_row, t.levels
     if spec.policy.is_bound:
         r.chain_unions()
     else:  # a selection leaves its per-trace work (ranks, predictions, offsets) behind; forget the rest
-        r.selection(spec)
+        r.selection(spec, cost if spec.policy.priced else None)
         r.forget()
 
 
@@ -77,7 +78,7 @@ def measure(report: Report, label: str, path: Path, repeat: int) -> Trace:
             r.run(spec, cost)
             colds.append(time.perf_counter() - t0)
         cold = min(colds)
-        prepare(r, spec)
+        prepare(r, spec, cost)
         warm = best_of(repeat, lambda: r.run(spec, cost), before=r.forget)
         report.add(b, f"{name}.warm_pos_per_s", n / warm, "pos/s")
         report.add(b, f"{name}.warm_ratio", t_np / warm, "x numpy", target=f">= {target:.3f}")

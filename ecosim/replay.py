@@ -181,7 +181,8 @@ class TraceReplay:
         """Walk and unions of a selection policy (cached; independent of the cost model unless the
         policy is priced). Specs whose selections are identical share one Steps object."""
         key = self._key(spec, cost)
-        shared = (self.digest(spec, cost), spec.speculative)
+        declines = spec.policy.declines  # drafts only on the steps that verify more than the root
+        shared = (self.digest(spec, cost), "declines" if declines else spec.speculative)
 
         def make() -> Steps:
             selected = self.memo.pop("masks", key)
@@ -190,8 +191,9 @@ class TraceReplay:
             t = self.trees
             accept = t.selected_accept_len(selected)
             visited = walk(t, accept)
-            return self._make_steps(visited, accept[visited], t.selected_count(selected)[visited],
-                                    union_bits(self.trace, t, selected, visited), np.full(len(visited), spec.speculative))
+            count = t.selected_count(selected)[visited]
+            drafts = count > 1 if declines else np.full(len(visited), spec.speculative)
+            return self._make_steps(visited, accept[visited], count, union_bits(self.trace, t, selected, visited), drafts)
 
         steps = self.memo.get("steps", shared, make)
         self.memo.pop("masks", key)
@@ -212,6 +214,16 @@ class TraceReplay:
         own pick orders and selections (a sweep worker's batch: dropped when the batch ends)."""
         self.trees  # built once, before the view copies the reference
         return TraceReplay(self.trace, self.predictors, self.memo.share(TRACE, ROWS), self._trees)
+
+    def run_selection(self, selected: np.ndarray, cost: CostModel) -> Row:
+        """Totals of a selection given as a mask over node rows (a static tree a caller built), a
+        step drafting wherever it verifies more than the root."""
+        t = self.trees
+        accept = t.selected_accept_len(selected)
+        visited = walk(t, accept)
+        count = t.selected_count(selected)[visited]
+        steps = self._make_steps(visited, accept[visited], count, union_bits(self.trace, t, selected, visited), count > 1)
+        return summarize(self, steps, cost)
 
     def unions_everywhere(self, spec: PolicySpec) -> np.ndarray:
         """(positions, layers) union sizes of the policy's selection at *every* position (not only
@@ -301,7 +313,7 @@ class TraceReplay:
         """One policy's totals over this trace (the bound's shortest path for the bound)."""
         if spec.policy.is_bound:
             return summarize(self, self.oracle_steps(cost), cost, cache=False)
-        shared = (self.digest(spec, cost), spec.speculative)
+        shared = (self.digest(spec, cost), "declines" if spec.policy.declines else spec.speculative)
         row = self.memo.get(ROWS, (*shared, _cost_key(cost)),
                             lambda: summarize(self, self.steps(spec, cost), cost, key=shared))
         self.memo.pop("masks", self._key(spec, cost))

@@ -135,6 +135,7 @@ class Policy:
     speculative: bool = True
     role: Role = "selection"
     priced: bool = False
+    declines: bool = False  # a step verifying the root alone does not draft (the engine decides before drafting)
     weight: Callable[[Knobs, int], float] = field(default=lambda knobs, pricings: 1.0 + 0.1 * pricings)
 
     def __post_init__(self) -> None:

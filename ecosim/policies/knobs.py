@@ -53,3 +53,15 @@ PREDICTOR = Knob("predictor", str, "token",
                  "bound) or none.", resolve=_load_predictor, fingerprint=file_fingerprint)
 SCORE = Knob("score", str, "difference",
              "ecospec's score: difference (value - lambda*cost) or ratio (value / (1 + lambda*cost)).", check=_score, optional=True)
+
+
+def _value(s: str) -> str:
+    if s not in VALUES:
+        raise EcoSimError(f"unknown value {s!r}; known: {', '.join(VALUES)}")
+    return s
+
+
+VALUES = ("calibrated", "raw")
+VALUE = Knob("value", str, "calibrated",
+             "What ecospec-auto and evict count a node as worth: calibrated (P(accepted) fitted on the trace's other "
+             "requests, acceptance.py) or raw (exp of the draft's cumulative log-prob).", check=_value, optional=True)

@@ -10,7 +10,7 @@ with it.
 from __future__ import annotations
 
 from ecosim.errors import EcoSimError
-from ecosim.policies import ar, confidence, ecospec
+from ecosim.policies import ar, cascade, confidence, ecospec, ecospec_auto, evict, presets
 from ecosim.policies.base import Knob, Policy
 
 ORACLE = Policy("oracle", "The bound over the recorded candidates: a shortest path over the accepted chains "
@@ -18,7 +18,8 @@ ORACLE = Policy("oracle", "The bound over the recorded candidates: a shortest pa
                 weight=lambda knobs, pricings: 5.0 * pricings)
 
 DEFAULT = "ecospec"  # the policy a command headlines when none is named (replay's --json)
-BUILTIN = (ar.POLICY, confidence.POLICY, ecospec.POLICY, ORACLE)
+BUILTIN = (ar.POLICY, confidence.POLICY, ecospec.POLICY, ecospec_auto.POLICY, evict.POLICY, cascade.POLICY,
+           presets.EAGLE2, presets.SGLANG, presets.VLLM_CHAIN, ORACLE)
 
 _ENTRIES: dict[str, Policy] = {}
 

@@ -1,6 +1,8 @@
 """The winner of a sweep: per hardware, bandwidth and placement, the best policy configuration.
 
-Candidates are the configurations of the policies the sweep was asked for (`--policy`), never the
+Candidates are the configurations of the policies the sweep was asked for (`--policy`) and always
+the baseline, plain decoding (Cascade's point: speculation off is a choice, so a winner slower than
+plain decoding is never recommended: `ar` wins instead), never the
 bound (`oracle`, not a policy), and only those with a row for every trace of the sweep. A
 candidate is judged on its total over the traces (time and tokens summed, ratios recomputed from
 the sums, as `metrics.total` does):
@@ -131,7 +133,7 @@ def choose(df: pl.DataFrame, meta: dict[str, Any], objective: str = "time_per_to
         raise EcoSimError(f"--min-tokens-per-step must be a finite number >= 0, got {min_tokens_per_step}")
     traces = meta["traces"]
     paths = [t["path"] for t in traces]
-    allowed = set(meta["grid"]["policies"]) - {registry.bound().name}
+    allowed = (set(meta["grid"]["policies"]) | {registry.baseline().name}) - {registry.bound().name}
     devices = {(d["hardware"], d["hbm_bw"], d["placement"]): d["device"] for d in meta["pricings"]}
     winners: list[dict[str, Any]] = []
     by_pricing: dict[tuple[Any, ...], list[dict[str, Any]]] = {}

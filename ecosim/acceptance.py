@@ -1,0 +1,177 @@
+"""Acceptance calibration: P(node accepted | its parent accepted) from what the draft side knows.
+
+A cost-aware policy values a node by the probability that verifying it adds a token. The raw
+draft probability, `exp(cum_logprob)`, is miscalibrated (on the committed real traces it
+underestimates acceptance several-fold, on synthetic ones it overestimates it), so this module
+fits, per trace, a model of the conditional acceptance
+
+    a(x) = P(x accepted | parent(x) accepted)
+
+from draft-side features only: the node's depth, its own draft log-prob and its rank among its
+siblings (by draft log-prob). The value of a node is then the probability that its whole path is
+accepted, the product of `a` along it:
+
+    value(x) = prod over y on the path root -> x (root excluded) of a(y)
+
+and the expected accepted length of an ancestor-closed selection S is sum over x in S of value(x).
+
+The model is a table of cells (depth x sibling rank x log-prob bin) whose empirical rates are
+shrunk towards the coarser cell (depth x rank, then depth, then the trace's mean) with a prior of
+`PRIOR` pseudo-observations: a binned estimate that needs no solver and degrades gracefully where
+data are thin. It is fitted on the rows whose parent was accepted (the only rows that condition
+applies to), leave-requests-out in `FOLDS` folds, as the expert predictors are (kfold.py), so no
+request is valued by a model that saw its verdicts. A single-request trace is fitted in-sample and
+says so (`Calibration.in_sample`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ecosim.tree import Trees
+
+FOLDS = 4
+MAX_DEPTH = 8  # deeper nodes share the last depth cell
+MAX_RANK = 3  # ranks 3, 4, ... share one cell
+LP_BINS = 8  # draft log-prob bins (quantiles of the training rows)
+PRIOR = 10.0  # pseudo-observations of the coarser cell's rate
+ECE_BINS = 10
+EPS = 1e-4
+VALUES = ("calibrated", "raw")
+
+
+def sibling_rank(trees: Trees) -> np.ndarray:
+    """Each node's rank among its siblings by draft log-prob (0 = the draft's favourite; ties go to
+    the lower node id); 0 for roots."""
+    lp = trees.trace.nodes["draft_logprob"].astype(np.float64)
+    group_of = np.where(trees.depth == 0, -1 - np.arange(trees.n_rows), trees.parent_row)  # a root sits alone
+    order = np.lexsort((np.arange(trees.n_rows), -lp, group_of))
+    group = group_of[order]
+    first = np.flatnonzero(np.diff(group, prepend=-1) != 0)
+    starts = np.repeat(first, np.diff(np.append(first, len(order))))
+    rank = np.empty(trees.n_rows, dtype=np.int64)
+    rank[order] = np.arange(len(order)) - starts
+    return np.where(trees.depth == 0, 0, rank)
+
+
+@dataclass
+class AcceptanceModel:
+    """The fitted table: `rate[depth, rank, bin]` of conditional acceptance."""
+
+    edges: np.ndarray  # (LP_BINS - 1,) inner log-prob bin edges
+    rate: np.ndarray  # (MAX_DEPTH + 1, MAX_RANK + 1, LP_BINS)
+
+    @staticmethod
+    def cells(depth: np.ndarray, rank: np.ndarray, lp: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, ...]:
+        return np.minimum(depth, MAX_DEPTH), np.minimum(rank, MAX_RANK), np.digitize(lp, edges)
+
+    @classmethod
+    def fit(cls, depth: np.ndarray, rank: np.ndarray, lp: np.ndarray, accepted: np.ndarray) -> AcceptanceModel:
+        """Fit on conditioned rows (parent accepted): features and the 0/1 verdict of each."""
+        qs = np.linspace(0, 1, LP_BINS + 1)[1:-1]
+        edges = np.unique(np.quantile(lp, qs)) if len(lp) else np.zeros(0)
+        d, r, b = cls.cells(depth, rank, lp, edges)
+        y = accepted.astype(np.float64)
+        shape = (MAX_DEPTH + 1, MAX_RANK + 1, LP_BINS)
+
+        def sums(*idx: np.ndarray, dims: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+            flat = np.ravel_multi_index(idx, dims) if idx else np.zeros(len(y), dtype=np.int64)
+            size = int(np.prod(dims)) if dims else 1
+            return np.bincount(flat, y, size), np.bincount(flat, minlength=size).astype(np.float64)
+
+        s0, n0 = y.sum(), float(len(y))
+        p0 = (s0 + 0.5) / (n0 + 1.0)  # a trace with no conditioned rows still gets a number
+        sd, nd = sums(d, dims=shape[:1])
+        pd = (sd + PRIOR * p0) / (nd + PRIOR)
+        sr, nr = sums(d, r, dims=shape[:2])
+        pr = (sr.reshape(shape[:2]) + PRIOR * pd[:, None]) / (nr.reshape(shape[:2]) + PRIOR)
+        sb, nb = sums(d, r, b, dims=shape)
+        pb = (sb.reshape(shape) + PRIOR * pr[:, :, None]) / (nb.reshape(shape) + PRIOR)
+        return cls(edges, np.clip(pb, EPS, 1 - EPS))
+
+    def predict(self, depth: np.ndarray, rank: np.ndarray, lp: np.ndarray) -> np.ndarray:
+        return self.rate[self.cells(depth, rank, lp, self.edges)]
+
+
+def path_value(trees: Trees, conditional: np.ndarray) -> np.ndarray:
+    """value(x) = product of the conditional acceptances along the path (1 at the root)."""
+    value = np.where(trees.depth == 0, 1.0, conditional).astype(np.float64)
+    for rows in trees.levels:
+        value[rows] *= value[trees.parent_row[rows]]
+    return value
+
+
+@dataclass
+class Calibration:
+    """Out-of-fold conditional acceptances of a trace, their path values, and how well they fit."""
+
+    conditional: np.ndarray  # (rows,) a(x); 1 at roots
+    value: np.ndarray  # (rows,) product along the path
+    ece: float  # expected calibration error of a(x) on the conditioned rows
+    brier: float
+    raw_ece: float  # the same for exp(draft_logprob)
+    raw_brier: float
+    predicted_accept_len: float  # mean over trees of sum of value over the full tree
+    raw_predicted_accept_len: float  # the same with exp(cum_logprob)
+    observed_accept_len: float  # mean over trees of A(p)
+    in_sample: bool  # a single-request trace: fitted on its own verdicts
+
+    def describe(self) -> dict[str, float | bool]:
+        return {k: getattr(self, k) for k in ("ece", "brier", "raw_ece", "raw_brier", "predicted_accept_len",
+                                              "raw_predicted_accept_len", "observed_accept_len", "in_sample")}
+
+
+def calibration_error(p: np.ndarray, y: np.ndarray, bins: int = ECE_BINS) -> tuple[float, float]:
+    """(ECE, Brier) of probabilities p against 0/1 outcomes y: ECE = sum over equal-width bins of
+    (share of rows) x |mean p - mean y|."""
+    if len(p) == 0:
+        return 0.0, 0.0
+    y = y.astype(np.float64)
+    b = np.minimum((p * bins).astype(np.int64), bins - 1)
+    gap = np.abs(np.bincount(b, p, bins) - np.bincount(b, y, bins))
+    return float(gap.sum() / len(p)), float(np.mean((p - y) ** 2))
+
+
+def fold_of_rows(trees: Trees, folds: int = FOLDS, seed: int = 0) -> np.ndarray:
+    """Each row's fold: the trace's requests dealt into folds by a seeded permutation."""
+    req = trees.trace.positions["request_id"]
+    ids = np.unique(req)
+    perm = np.random.default_rng(seed).permutation(len(ids))
+    fold = np.empty(len(ids), dtype=np.int64)
+    fold[perm] = np.arange(len(ids)) % max(1, min(folds, len(ids)))
+    return fold[np.searchsorted(ids, req)][trees.tree_of_row]
+
+
+def calibrate(trees: Trees, folds: int = FOLDS, seed: int = 0) -> Calibration:
+    """Fit the acceptance model leave-requests-out and report its calibration (module docstring)."""
+    lp = trees.trace.nodes["draft_logprob"].astype(np.float64)
+    rank, depth = sibling_rank(trees), trees.depth
+    nonroot = depth > 0
+    cond_rows = nonroot & trees.accepted[trees.parent_row]
+    fold = fold_of_rows(trees, folds, seed)
+    n_folds = int(fold.max(initial=0)) + 1
+    conditional = np.ones(trees.n_rows)
+    for f in range(n_folds):
+        train = cond_rows & (fold != f) if n_folds > 1 else cond_rows
+        model = AcceptanceModel.fit(depth[train], rank[train], lp[train], trees.accepted[train])
+        rows = nonroot & (fold == f)
+        conditional[rows] = model.predict(depth[rows], rank[rows], lp[rows])
+    value = path_value(trees, conditional)
+    y = trees.accepted[cond_rows]
+    ece, brier = calibration_error(conditional[cond_rows], y)
+    raw_ece, raw_brier = calibration_error(np.exp(lp[cond_rows]), y)
+    per_tree = np.bincount(trees.tree_of_row[nonroot], value[nonroot], trees.n_trees)
+    raw_tree = np.bincount(trees.tree_of_row[nonroot], np.exp(trees.cum_logprob[nonroot]), trees.n_trees)
+    return Calibration(conditional, value, ece, brier, raw_ece, raw_brier, float(per_tree.mean()),
+                       float(raw_tree.mean()), float(trees.accept_len.mean()), n_folds == 1)
+
+
+def node_values(trees: Trees, kind: str, calibration: Calibration | None = None) -> np.ndarray:
+    """A policy's value of every node: `raw` exp(cum_logprob) or `calibrated` (fitted if not given)."""
+    if kind == "raw":
+        return np.exp(trees.cum_logprob)
+    if kind == "calibrated":
+        return (calibration or calibrate(trees)).value
+    raise ValueError(f"unknown value {kind!r}; known: {', '.join(VALUES)}")

@@ -1,0 +1,252 @@
+"""`ecospec-auto` (the issue's `ecospec --lambda auto`): per step, the subtree of greatest expected tokens per second.
+
+The objective of one step verifying an ancestor-closed selection S (root included) is
+
+    R(S) = (1 + E[accepted | S]) / t_step(S),     E[accepted | S] = sum over x in S, x != root, of value(x)
+
+with value(x) the probability that x's whole path is accepted (acceptance.py) and t_step the
+CostModel's seconds (marginal.py): each node's predicted new experts per device (the straggler
+under ep:N), its token's compute, the offload copies of the experts the cache lacks, and the draft
+for a step that verifies anything beyond the root.
+
+How it is maximised. Dinkelbach's method solves max R by iterating lambda <- R(S_lambda), where
+S_lambda maximises V(S) - lambda * t(S); solved greedily, S_lambda takes nodes while
+value(x) - lambda * dt(x | S) >= 0, i.e. while value(x) / dt(x | S) >= lambda. When the marginal
+times do not interact, every such greedy solution, for every lambda, is a prefix of one order: the
+frontier node of best value per second first. So one growth in that order, scoring R at each of its
+prefixes and keeping the best, reaches the set Dinkelbach's iteration converges to without
+iterating (and without a lambda). Where marginal times do interact (siblings sharing experts), the
+prefix scan is what lets a pair in that neither alone pays for: after the first of two siblings,
+the second's experts are already read, its marginal time is one token's compute, it is next in
+the order, and the prefix holding both is kept if it beats every shorter one; a Dinkelbach greedy
+step would have stopped at the first's negative score. The root-only prefix is priced without the
+draft, so the policy stops at the root when drafting costs more than it returns.
+
+Growth stops when even taking every remaining node at no extra time could not beat the best rate:
+(1 + V + V_remaining) / t(S) <= R_best (exact: no node lowers the time), or, a heuristic that
+keeps the replay fast, after PATIENCE picks in a row that did not raise the best rate (a pair
+that pays only together needs one; `patience=0` grows every tree to its end). Ties: the higher
+`key` (cum_logprob), then the lower node id, as `confidence` breaks them, so with free experts
+and raw values the order is confidence's and the selection is confidence at the best budget.
+
+Assumption (stated wherever the policy is reported): a root-only step does not draft, i.e. the
+engine knows whether to draft before drafting, as the oracle bound and Cascade's off state assume.
+
+The per-tree growth is a numba loop over bitsets (one uint64 word per 64 experts per layer).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ecosim import bitsets
+from ecosim.marginal import StepPricer
+
+PATIENCE = 8  # picks without a better rate before the growth gives up
+
+
+@njit(cache=True, inline="always")
+def _popcount(x: np.uint64) -> np.int64:
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+
+
+@njit(cache=True, inline="always")
+def _pack(ids, s0, x, bits):
+    """Node x of the tree starting at row s0: its expert ids -> bitsets in bits[x] (layers, words)."""
+    for l in range(ids.shape[1]):
+        for w in range(bits.shape[2]):
+            bits[x, l, w] = 0
+        for j in range(ids.shape[2]):
+            e = ids[s0 + x, l, j]
+            if e >= 0:
+                bits[x, l, e >> 6] |= np.uint64(1) << np.uint64(e & 63)
+
+
+@njit(cache=True)
+def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, draft, copy, resident, order, best_k,
+         patience=0, end=None, accepted=None, depth=None):
+    """Grow every tree in value-per-second order; write each row's pick step to `order` (-1 roots,
+    n for rows never picked) and each tree's best prefix length to `best_k`.
+
+    trees: the trees to grow; start, n_nodes (all trees) first row and size of each; parent (rows,)
+    local parent id; value, key (rows,); ids (rows, layers, m) int16 predicted experts (-1 pads),
+    packed tree by tree into bitsets (one uint64 word per 64 experts); devmask (devices, words);
+    layer (u + 1, tokens + 2) seconds; other (len(trees), tokens + 2) seconds; resident
+    (len(trees), layers, words) offload cache bits, or (0, layers, words) without a cache;
+    `patience` > 0 stops a tree's growth after that many picks in a row without a better rate.
+
+    Given `end` (trees,) the tree after each one's request, `accepted` and `depth` (rows,), `trees`
+    must be every tree in order and only those a request visits are grown (it steps from p to
+    p + accepted + 1); the others keep the root alone, which no figure of a replay reads.
+    """
+    L, W = ids.shape[1], devmask.shape[1]
+    D = devmask.shape[0]
+    has_cache = resident.shape[0] > 0
+    buf = np.zeros((L, W), dtype=np.uint64)
+    u = np.zeros((L, D), dtype=np.int64)
+    base_next = np.zeros(L)
+    n_max = 1
+    for i in range(len(trees)):
+        n_max = max(n_max, n_nodes[trees[i]])
+    bits = np.zeros((n_max, L, W), dtype=np.uint64)  # one tree's bitsets, reused
+    i = 0
+    while i < len(trees):
+        tree = trees[i]
+        s0, n = start[tree], n_nodes[tree]
+        _pack(ids, s0, 0, bits)  # the others are packed when they first reach the frontier
+        t = i
+        s = 0  # rows of this tree in `bits` are 0..n-1; in the trace s0..s0+n-1
+        order[s0] = -1
+        for l in range(L):
+            for w in range(W):
+                buf[l, w] = bits[s, l, w]
+            for d in range(D):
+                c = 0
+                for w in range(W):
+                    c += _popcount(buf[l, w] & devmask[d, w])
+                u[l, d] = c
+        miss = 0
+        if has_cache:
+            for l in range(L):
+                for w in range(W):
+                    miss += _popcount(buf[l, w] & ~resident[t, l, w])
+        tok = 1
+        layers_now = 0.0
+        for l in range(L):
+            m = 0.0
+            for d in range(D):
+                m = max(m, layer[u[l, d], tok])
+            layers_now += m
+        t0 = layers_now + copy * miss + other[t, tok]
+        best_rate = 1.0 / t0
+        best = 0
+        time = t0 + draft
+        v_sum = 0.0
+        v_rest = 0.0
+        front = np.zeros(n, dtype=np.bool_)
+        for x in range(1, n):
+            order[s0 + x] = n
+            v_rest += value[s0 + x]
+            if parent[s0 + x] == 0:
+                front[x] = True
+                _pack(ids, s0, x, bits)
+        for k in range(1, n):
+            if (1.0 + v_sum + v_rest) / time <= best_rate or (patience > 0 and k - best > patience):
+                break
+            for l in range(L):
+                m = 0.0
+                for d in range(D):
+                    m = max(m, layer[u[l, d], tok + 1])
+                base_next[l] = m
+            fixed = other[t, tok + 1] - other[t, tok] - layers_now
+            pick, pick_dt, pick_ratio = -1, 0.0, -1.0
+            for x in range(1, n):
+                if not front[x]:
+                    continue
+                r = s + x
+                dt = fixed
+                for l in range(L):
+                    new = False
+                    for w in range(W):
+                        if bits[r, l, w] & ~buf[l, w]:
+                            new = True
+                    if not new:
+                        dt += base_next[l]
+                        continue
+                    m = 0.0
+                    for d in range(D):
+                        c = 0
+                        for w in range(W):
+                            c += _popcount(bits[r, l, w] & ~buf[l, w] & devmask[d, w])
+                        m = max(m, layer[u[l, d] + c, tok + 1])
+                    dt += m
+                    if has_cache:
+                        for w in range(W):
+                            dt += copy * _popcount(bits[r, l, w] & ~buf[l, w] & ~resident[t, l, w])
+                ratio = value[s0 + x] / max(dt, 1e-18)
+                if (pick < 0 or ratio > pick_ratio
+                        or (ratio == pick_ratio and key[s0 + x] > key[s0 + pick])):  # equal keys: the lower id stays
+                    pick, pick_dt, pick_ratio = x, dt, ratio
+            if pick < 0:
+                break
+            r = s + pick
+            for l in range(L):
+                for d in range(D):
+                    c = 0
+                    for w in range(W):
+                        c += _popcount(bits[r, l, w] & ~buf[l, w] & devmask[d, w])
+                    u[l, d] += c
+                for w in range(W):
+                    buf[l, w] |= bits[r, l, w]
+            tok += 1
+            layers_now = 0.0
+            for l in range(L):
+                m = 0.0
+                for d in range(D):
+                    m = max(m, layer[u[l, d], tok])
+                layers_now += m
+            time += pick_dt
+            v_sum += value[s0 + pick]
+            v_rest -= value[s0 + pick]
+            order[s0 + pick] = k - 1
+            front[pick] = False
+            for x in range(pick + 1, n):
+                if parent[s0 + x] == pick:
+                    front[x] = True
+                    _pack(ids, s0, x, bits)
+            if (1.0 + v_sum) / time > best_rate:
+                best_rate, best = (1.0 + v_sum) / time, k
+        best_k[tree] = best
+        if end is None:
+            i += 1
+            continue
+        for x in range(1, n):  # the trees this one's request skips are never verified
+            if order[s0 + x] >= best:
+                order[s0 + x] = n
+        acc = 0
+        for x in range(n):
+            if order[s0 + x] < best and accepted[s0 + x]:
+                acc = max(acc, depth[s0 + x])
+        nxt = min(tree + acc + 1, end[tree])
+        for j in range(tree + 1, nxt):
+            order[start[j]] = -1
+            for x in range(1, n_nodes[j]):
+                order[start[j] + x] = n_nodes[j]
+        i = nxt
+
+
+def auto_order(trees, predicted: np.ndarray, value: np.ndarray, pricer: StepPricer, context: np.ndarray,
+               resident: np.ndarray | None = None, only: np.ndarray | None = None,
+               patience: int = PATIENCE, visited_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(order per row, best prefix per tree) of the auto growth over `trees` (tree.Trees) or the
+    trees `only` lists; `predicted` (rows, layers, m) int16 expert ids; `value` (rows,) path values;
+    `context` (trees,) tokens before each root; `resident` (len(only) or trees, layers, words) the
+    offload cache's bits as each tree sees it. `visited_only`: grow only the trees the requests
+    visit under this policy (the others keep the root alone; see `grow`)."""
+    ids = np.arange(trees.n_trees) if only is None else np.asarray(only, dtype=np.int64)
+    order = np.full(trees.n_rows, -1, dtype=np.int64)
+    best_k = np.zeros(trees.n_trees, dtype=np.int64)
+    max_n = int(trees.n_nodes[ids].max(initial=1))
+    if pricer.layer.shape[1] < max_n + 2:
+        raise ValueError(f"pricer built for {pricer.layer.shape[1] - 2} tokens; trees hold {max_n}")
+    masks = bitsets.device_masks(pricer.num_experts, pricer.devices)
+    res = resident if resident is not None else np.zeros((0, predicted.shape[1], masks.shape[1]), dtype=np.uint64)
+    args = (ids, trees.start, trees.n_nodes, trees.trace.nodes["parent"], value, trees.cum_logprob, predicted, masks,
+            pricer.layer, pricer.other(context[ids], max_n), pricer.draft, pricer.copy, res, order, best_k, patience)
+    if visited_only and only is None:
+        end = np.zeros(trees.n_trees, dtype=np.int64)
+        for _, sl in trees.request_slices():
+            end[sl] = sl.stop
+        grow(*args, end, trees.accepted, trees.depth)
+    else:
+        grow(*args)
+    return order, best_k
+
+
+def auto_select(trees, order: np.ndarray, best_k: np.ndarray) -> np.ndarray:
+    """The selection: the root and the first best_k picks of its tree."""
+    return (trees.depth == 0) | ((order >= 0) & (order < best_k[trees.tree_of_row]))

@@ -1,0 +1,87 @@
+"""`ecosim tune`: the best speculative-decoding setting for a model on a machine, with engine flags."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from ecosim.cli import app, wide_console
+from ecosim.cli.options import (
+    Bw, BwEff, ComputeEff, CostMode, DraftTime, Hardware, HardwareArgs, LinkBw, Overhead, PcieBw, Peak, Placement,
+    cost_config,
+)
+from ecosim.placement import parse_placement
+from ecosim.policies.knobs import PREDICTOR
+from ecosim.predictors import check_name
+from ecosim.replay import TraceReplay
+from ecosim.simulate import cost_model
+from ecosim.trace.io import find_traces, read_trace
+from ecosim.tune import recommend, tune as tune_all
+
+
+@app.command()
+def tune(
+    traces: Annotated[list[Path], typer.Argument(help="Trace directories of the model (or directories holding them).")],
+    hardware: Hardware = "h200",
+    placement: Placement = "hbm",
+    predictor: Annotated[str, typer.Option(help="Expert predictor of the adaptive policy: token, freq, context (trained on the fly, k-fold), a predictor file, or oracle (an upper bound).")] = PREDICTOR.default,
+    bw: Bw = None,
+    peak: Peak = None,
+    link_bw: LinkBw = None,
+    pcie_bw: PcieBw = None,
+    cost: CostMode = "full",
+    bw_efficiency: BwEff = 0.8,
+    compute_efficiency: ComputeEff = 0.5,
+    step_overhead: Overhead = "30us",
+    draft_time: DraftTime = None,
+    top: Annotated[int, typer.Option(min=1, help="Candidates listed in the table.")] = 8,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+) -> None:
+    """Recommend a speculative-decoding setting: speculation off, a static tree (SGLang flags; vLLM's
+    chain), or the adaptive `ecospec-auto`, and what the adaptive policy gains beyond the
+    best static tree. Every candidate is replayed over all the traces; plain decoding is always one."""
+    check_name(predictor)
+    device = HardwareArgs(hardware, bw, peak, link_bw, pcie_bw).device()
+    place = parse_placement(placement)
+    config = cost_config(cost, bw_efficiency, compute_efficiency, step_overhead, draft_time)
+    replays = [TraceReplay(read_trace(p)) for p in find_traces([str(p) for p in traces])]
+    costs = [cost_model(r.trace, device, place, config) for r in replays]
+    cands = tune_all(replays, costs, predictor)
+    doc = recommend(cands)
+    doc = {"hardware": device.name, "placement": str(place), "predictor": predictor,
+           "traces": [r.trace.name for r in replays], **doc}
+    if as_json:
+        print(json.dumps(doc, indent=1))
+        return
+    console = wide_console()
+    ar = cands["ar"].time_per_token
+    t = Table(title=f"{device.name} {place}: candidates by time per token (over {len(replays)} traces)", title_justify="left")
+    for col in ("candidate", "ms/token", "tokens/step", "speedup vs ar"):
+        t.add_column(col, justify="left" if col == "candidate" else "right")
+    for name, c in sorted(cands.items(), key=lambda kv: kv[1].time_per_token)[:top]:
+        t.add_row(name if c.static else c.name, f"{c.time_per_token * 1e3:.4g}", f"{c.row.tokens_per_step:.3f}",
+                  f"{ar / c.time_per_token:.3f}x")
+    console.print(t)
+    if not doc["speculation_pays"]:
+        console.print("[bold]recommendation: speculation off[/bold] (every speculative setting here is slower than plain "
+                      "decoding): serve without --speculative-algorithm / speculative_config")
+    elif doc["best"] == "static":
+        console.print(f"[bold]recommendation: a static tree[/bold], {doc['speedup_vs_ar']:.3f}x plain decoding")
+    else:
+        console.print(f"[bold]recommendation: {doc['best']}[/bold], {doc['speedup_vs_ar']:.3f}x plain decoding")
+    if "static" in doc:
+        s = doc["static"]
+        verdict = "" if s["pays"] else "  (slower than plain decoding: do not use)"
+        console.print(f"nearest static setting, SGLang: {s['sglang_flags']}  ({s['speedup_vs_ar']:.3f}x plain){verdict}")
+        console.print(f"adaptive ecospec-auto beyond it: {doc['auto_gain_over_static']:.3f}x "
+                      "(its root-only steps assume the engine can skip drafting; no engine flag realises it today)")
+    if "vllm" in doc:
+        v = doc["vllm"]
+        verdict = "" if v["pays"] else "  (slower than plain decoding: do not use)"
+        console.print(f"vLLM chain: num_speculative_tokens={v['num_speculative_tokens']}  ({v['speedup_vs_ar']:.3f}x plain){verdict}")
+    if any(r.trace.synthetic for r in replays):
+        console.print("[yellow]synthetic traces are generated, not measured: their figures illustrate the model only[/yellow]")

@@ -1,0 +1,74 @@
+"""`ecospec-auto` (`ecospec --lambda auto` in the issue): per step, the subtree of greatest expected
+tokens per second, (1 + E[accepted]) / t_step, with calibrated values and costs in seconds (auto.py
+holds the growth and why it is where Dinkelbach's iteration settles; marginal.py the pricing;
+acceptance.py the values). No knob to sweep: the predictor and the kind of value only.
+
+Under offload the cache state a step sees depends on the steps before it, so the trees a request
+visits are selected one at a time along its own trajectory, each with the cache as the previous
+steps left it. Either way only the trees the requests visit are grown: the others keep the root
+alone (never verified). A root-only step does not draft (`declines`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ecosim import bitsets
+from ecosim.acceptance import calibrate, node_values
+from ecosim.auto import auto_order, auto_select
+from ecosim.cache import ExpertCache
+from ecosim.marginal import StepPricer
+from ecosim.policies.base import Context, Knobs, Policy
+from ecosim.policies.knobs import PREDICTOR, VALUE
+
+
+def values(ctx: Context, kind: str) -> np.ndarray:
+    """A node's value: calibrated (fitted once per trace) or raw exp(cum_logprob)."""
+    cal = ctx.memo(("acceptance",), lambda: calibrate(ctx.trees)) if kind == "calibrated" else None
+    return node_values(ctx.trees, kind, cal)
+
+
+def pricer(ctx: Context) -> StepPricer:
+    c = ctx.cost
+    assert c is not None
+    key = ("pricer", c.model, c.device, c.placement, c.config, c.tree_depth, c.draft_bytes)
+    return ctx.memo(key, lambda: StepPricer.of(c, int(ctx.trees.n_nodes.max(initial=1))))
+
+
+def _pack_bool(table: np.ndarray, num_experts: int) -> np.ndarray:
+    """(layers, experts) bool -> (layers, words) uint64 bitsets (bitsets.py's bit order)."""
+    words = bitsets.n_words(num_experts)
+    padded = np.zeros((table.shape[0], words * 64), dtype=bool)
+    padded[:, : table.shape[1]] = table
+    return np.packbits(padded, axis=1, bitorder="little").view("<u8").astype(np.uint64)
+
+
+def select(ctx: Context, knobs: Knobs) -> np.ndarray:
+    t, cost = ctx.trees, ctx.cost
+    assert cost is not None
+    pred, value, p = ctx.predicted(knobs["predictor"]), values(ctx, knobs["value"]), pricer(ctx)
+    ctx_len = t.trace.positions["context_len"].astype(np.int64)
+    if cost.placement.kind != "offload":
+        return auto_select(t, *auto_order(t, pred, value, p, ctx_len, visited_only=True))
+    m, place = ctx.shape, cost.placement
+    cache = ExpertCache(m.num_moe_layers, m.num_experts, place.capacity, place.eviction)
+    selected = t.depth == 0
+    experts = t.trace.experts_3d()
+    for _, sl in t.request_slices():
+        pos = sl.start
+        while pos < sl.stop:
+            resident = _pack_bool(cache.resident, m.num_experts)[None]
+            order, best_k = auto_order(t, pred, value, p, ctx_len, resident=resident, only=[pos])
+            rows = np.arange(t.start[pos], t.start[pos] + t.n_nodes[pos])
+            pick = (t.depth[rows] == 0) | ((order[rows] >= 0) & (order[rows] < best_k[pos]))
+            selected[rows] = pick
+            cache.access(bitsets.pack_groups(experts, np.zeros(int(pick.sum()), dtype=np.int64), 1, m.num_experts,
+                                             rows=rows[pick])[0])
+            hit = pick & t.accepted[rows]
+            pos += int(t.depth[rows][hit].max(initial=0)) + 1
+    return selected
+
+
+POLICY = Policy("ecospec-auto", "Per step, the subtree of most expected tokens per second: calibrated acceptance, "
+                "cost in seconds, no lambda (auto.py).", knobs=(PREDICTOR, VALUE), select=select, priced=True,
+                declines=True, weight=lambda knobs, pricings: 10.0 + pricings)

@@ -1,0 +1,241 @@
+"""ecospec-auto (the issue's `ecospec --lambda auto`), acceptance calibration, cost in seconds and the baselines, worked by hand.
+
+The auto growth is called directly on tiny arrays (one MoE layer, 64 experts: one bitset word):
+layer table F(u, n) = u seconds (1 s per expert read), other O(n) = 1 + 0.1 n seconds.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from conftest import TINY, tiny_trace
+from ecosim import bitsets
+from ecosim.acceptance import AcceptanceModel, calibrate, calibration_error, sibling_rank
+from ecosim.auto import auto_order, auto_select, grow
+from ecosim.policies.ecospec_auto import pricer, values
+from ecosim.policies.cascade import cascade_choice, utility
+from ecosim.policies.evict import evict_prefix
+from ecosim.policies.presets import chain, eagle_tree
+from ecosim.catalog.devices import get_device
+from ecosim.cost import CostConfig, CostModel
+from ecosim.marginal import StepPricer
+from ecosim.placement import Placement
+from ecosim.policies import PolicySpec, select_confidence
+from ecosim.replay import TraceReplay
+from ecosim.trace.io import read_trace
+from ecosim.tree import Trees
+
+
+def run_grow(parent, value, experts, draft=0.0, layer=None, other=None):
+    """best_k and pick order of one tree: `experts` a list of expert-id lists, one per node."""
+    n = len(parent)
+    layer = np.repeat(np.arange(65, dtype=np.float64)[:, None], n + 2, axis=1) if layer is None else layer
+    other = (1.0 + 0.1 * np.arange(n + 2))[None, :] if other is None else other
+    ids = np.full((n, 1, max(len(x) for x in experts)), -1, dtype=np.int16)
+    for i, x in enumerate(experts):
+        ids[i, 0, : len(x)] = x
+    order = np.zeros(n, dtype=np.int64)
+    best = np.zeros(1, dtype=np.int64)
+    grow(np.array([0]), np.array([0]), np.array([n]), np.array(parent, dtype=np.int64), np.array(value, dtype=np.float64),
+         np.log(np.maximum(value, 1e-300)), ids, np.full((1, 1), np.uint64(2**64 - 1)), layer, other, draft, 0.0,
+         np.zeros((0, 1, 1), dtype=np.uint64), order, best)
+    return int(best[0]), order
+
+
+def test_auto_takes_a_pair_of_siblings_neither_of_which_pays_alone():
+    # root {0}; a and b both wake expert 5, c wakes expert 9; each worth 0.5.
+    # root alone: t = 1 + 1.1 = 2.1, rate 1/2.1 = 0.476
+    # {a}:        t = 2 + 1.2 = 3.2, rate 1.5/3.2 = 0.469  (worse: a Dinkelbach step at 0.476 stops)
+    # {a, b}:     t = 2 + 1.3 = 3.3, rate 2.0/3.3 = 0.606  (best)
+    # {a, b, c}:  t = 3 + 1.4 = 4.4, rate 2.5/4.4 = 0.568
+    best, order = run_grow([-1, 0, 0, 0], [1.0, 0.5, 0.5, 0.5], [[0], [5], [5], [9]])
+    assert best == 2
+    assert sorted(np.flatnonzero((order >= 0) & (order < best))) == [1, 2]
+    assert 1.5 / 3.2 < 1 / 2.1 < 2.0 / 3.3  # the premise: neither alone beats the root, the pair does
+
+
+def test_auto_stops_at_the_root_when_drafting_costs_more_than_it_returns():
+    # the same tree with a 10 s draft: {a, b} = 2.0 / 13.3 = 0.150 < 1 / 2.1 (no draft at the root)
+    best, order = run_grow([-1, 0, 0, 0], [1.0, 0.5, 0.5, 0.5], [[0], [5], [5], [9]], draft=10.0)
+    assert best == 0
+    # and with no draft and free nodes (each costs only its 0.1 s of compute), it takes the lot
+    free = np.zeros((65, 6))
+    best, _ = run_grow([-1, 0, 0, 0], [1.0, 0.5, 0.5, 0.5], [[0], [5], [5], [9]], layer=free)
+    assert best == 3
+
+
+def test_auto_matches_confidence_at_the_best_budget_when_experts_are_free(write):
+    trace = read_trace(write(tiny_trace(11, requests=2, positions=30)))
+    t = Trees(trace)
+    value = np.exp(t.cum_logprob)  # raw values order nodes as confidence does
+    n = int(t.n_nodes.max())
+    draft, per_token = 0.3, 0.05
+    free = np.zeros((TINY.num_experts + 1, n + 2))  # F(u, n) = 0: no expert costs anything
+    other = 1.0 + per_token * np.arange(n + 2)
+    order = np.zeros(t.n_rows, dtype=np.int64)
+    best_k = np.zeros(t.n_trees, dtype=np.int64)
+    masks = bitsets.device_masks(TINY.num_experts, 1)
+    grow(np.arange(t.n_trees), t.start, t.n_nodes, trace.nodes["parent"], value, t.cum_logprob, trace.experts_3d(),
+         masks, free, np.repeat(other[None], t.n_trees, 0), draft, 0.0,
+         np.zeros((0, TINY.num_moe_layers, masks.shape[1]), dtype=np.uint64), order, best_k)
+    selected = auto_select(t, order, best_k)
+    for i in range(t.n_trees):
+        rows = np.arange(t.start[i], t.start[i] + t.n_nodes[i])
+        v = np.sort(value[rows][1:])[::-1]
+        rates = [1 / other[1]] + [(1 + v[:k].sum()) / (other[k + 1] + draft) for k in range(1, len(rows))]
+        k_star = int(np.argmax(rates))
+        assert best_k[i] == k_star
+        conf = select_confidence(t, k_star)[rows]
+        assert np.array_equal(selected[rows], conf), f"tree {i}"
+
+
+def test_calibration_recovers_a_known_acceptance(write):
+    # synth: P(child accepted | parent accepted) = accept * q / (q0 + 0.9 (1 - q0)), q the child's
+    # draft probability, q0 that of its most likely sibling (synth.py draws the verdict that way)
+    accept = 0.7
+    trace = read_trace(write(tiny_trace(4, requests=8, positions=200, accept=accept)))
+    t = Trees(trace)
+    cal = calibrate(t)
+    q = np.exp(trace.nodes["draft_logprob"].astype(np.float64))
+    rank = sibling_rank(t)
+    q0 = np.zeros(t.n_rows)
+    top = (t.depth > 0) & (rank == 0)
+    q0_of_parent = np.zeros(t.n_rows)
+    q0_of_parent[t.parent_row[top]] = q[top]
+    q0 = q0_of_parent[t.parent_row]
+    truth = accept * q / (q0 + 0.9 * (1 - q0))
+    cond = (t.depth > 0) & t.accepted[t.parent_row]
+    err = np.abs(cal.conditional[cond] - truth[cond])
+    assert err.mean() < 0.05
+    assert cal.ece < 0.03
+    assert cal.ece < cal.raw_ece or cal.raw_ece < 0.03
+    assert abs(cal.predicted_accept_len - cal.observed_accept_len) < 0.15 * cal.observed_accept_len + 0.05
+    assert not cal.in_sample
+
+
+def test_calibration_error_by_hand():
+    ece, brier = calibration_error(np.array([0.2, 0.8]), np.array([0, 1]))
+    assert ece == pytest.approx(0.2) and brier == pytest.approx(0.04)
+
+
+def test_acceptance_table_shrinks_thin_cells_to_the_coarser_rate():
+    # 10 rows at depth 1, rank 0, all accepted: the cell's rate is (10 + 10 p0) / 20 with p0 = 10.5/11
+    d, r, lp = np.ones(10, dtype=np.int64), np.zeros(10, dtype=np.int64), np.zeros(10)
+    m = AcceptanceModel.fit(d, r, lp, np.ones(10, dtype=bool))
+    p0 = 10.5 / 11
+    pd = (10 + 10 * p0) / 20
+    assert m.predict(d[:1], r[:1], lp[:1])[0] == pytest.approx((10 + 10 * (10 + 10 * pd) / 20) / 20)
+
+
+def test_marginal_time_by_hand_and_against_the_cost_model():
+    cost = CostModel(TINY, get_device("h200").replace(hbm_bw=1e9), Placement(), CostConfig(mode="experts-only"))
+    p = StepPricer.of(cost, 4)
+    layers, e = TINY.num_moe_layers, TINY.num_experts
+    chosen = np.zeros((layers, e), dtype=bool)
+    chosen[:, [0, 1]] = True
+    node = np.zeros((layers, e), dtype=bool)
+    node[0, [1, 2, 3]] = True  # 2 new experts in layer 0: 2 x 1 MB / 1 GB/s
+    assert p.marginal_time(chosen, 1, node, 10) == pytest.approx(2e-3)
+    # full cost, ep:2: the step time of a selection equals CostModel.step_times on the same union
+    full = CostModel(TINY, get_device("h200"), Placement("ep", devices=2), CostConfig(), tree_depth=3, draft_bytes=1e6)
+    q = StepPricer.of(full, 6)
+    per_device = np.array([[2, 1], [0, 3], [4, 4]])
+    want = full.step_times(per_device[None], np.array([5]), np.array([100]), speculative=True)[0]
+    assert q.step_time(per_device, 5, 100) == pytest.approx(want, rel=1e-12)
+
+
+def test_evict_keeps_the_most_cost_effective_prefix():
+    # values in confidence order 0.9, 0.5, 0.1; profiled step time 1, 1.2, 2, 3 s by nodes kept
+    # rates: k=0 1/1 = 1, k=1 1.9/1.2 = 1.583, k=2 2.4/2 = 1.2, k=3 2.5/3 = 0.833 -> k = 1
+    v = np.cumsum([[0.0, 0.9, 0.5, 0.1]], axis=1)
+    assert evict_prefix(v, np.array([3]), np.array([1.0, 1.2, 2.0, 3.0]), 0.0)[0] == 1
+    # the draft is paid whatever the cut (the tree was drafted before EVICT truncates it), so a
+    # 10 s draft favours a longer prefix: 1/11 = 0.091, 1.9/11.2 = 0.170, 2.4/12 = 0.200, 2.5/13 = 0.192
+    assert evict_prefix(v, np.array([3]), np.array([1.0, 1.2, 2.0, 3.0]), 10.0)[0] == 2
+    # a tree of 1 candidate cannot take a second
+    assert evict_prefix(np.cumsum([[0.0, 0.9, 0.5, 0.0]], axis=1), np.array([1]), np.array([1.0, 1.2, 1.0, 1.0]), 0.0)[0] == 1
+
+
+def test_cascade_turns_speculation_off_below_unit_utility():
+    # 2.5 tokens per step at 3 ms against a 1 ms plain step: utility 2.5 / 3 < 1 -> off
+    assert utility(2.5, 3e-3, 1e-3) == pytest.approx(2.5 / 3)
+    assert cascade_choice({1: utility(1.8, 1.5e-3, 1e-3), 2: utility(2.5, 3e-3, 1e-3)}) == 1  # 1.2 vs 0.83
+    assert cascade_choice({1: 0.9, 2: 0.95}) == 0
+    assert cascade_choice({}) == 0
+
+
+def test_presets_select_what_the_engine_would_verify(write):
+    from conftest import hand_trace
+    t = Trees(read_trace(write(hand_trace())))
+    # pos 0: n1 (q 0.6) and n2 (q 0.3) at depth 1, n3 (< n1, q 0.4) at depth 2
+    # top-k 1: only the favourite child is drafted and expanded -> root, n1, n3 (total 3)
+    assert list(np.flatnonzero(eagle_tree(t, 3, 2, 1))) == [0, 1, 3, 4, 5, 6, 7]
+    # total 2 keeps the root and the best node by cumulative log-prob (n1: log 0.6)
+    assert list(np.flatnonzero(eagle_tree(t, 2, 2, 2)[:4])) == [0, 1]
+    # depth 1: nothing below depth 1 is drafted
+    assert list(np.flatnonzero(eagle_tree(t, 60, 1, 10)[:4])) == [0, 1, 2]
+    # vLLM's chain of 1 token: the favourite child only
+    assert list(np.flatnonzero(chain(t, 1)[:4])) == [0, 1]
+
+
+def test_auto_runs_end_to_end_and_never_slower_than_its_own_root_choice(write):
+    from ecosim.simulate import cost_model
+    trace = read_trace(write(tiny_trace(9, requests=3, positions=40)))
+    r = TraceReplay(trace)
+    for place in (Placement(), Placement("ep", devices=2), Placement("offload", capacity=4)):
+        cost = cost_model(trace, get_device("h200"), place, CostConfig())
+        auto = r.run(PolicySpec("ecospec-auto", predictor="oracle"), cost)
+        ar = r.run(PolicySpec("ar"), cost)
+        assert auto.tokens == ar.tokens
+        steps = r.steps(PolicySpec("ecospec-auto", predictor="oracle"), cost)
+        assert np.array_equal(steps.speculative, steps.verified > 1)  # root-only steps do not draft
+        for name in ("evict", "cascade", "eagle2-default", "sglang-default", "vllm-chain"):
+            row = r.run(PolicySpec(name, 2), cost)
+            assert row.tokens == ar.tokens and math.isfinite(row.time_s)
+    with pytest.raises(Exception, match="value"):
+        PolicySpec("ecospec-auto", value="often")
+    c = r.context(cost)
+    order, best = auto_order(r.trees, r.predicted("oracle"), values(c, "raw"), pricer(c), trace.positions["context_len"])
+    assert (best <= r.trees.n_nodes - 1).all() and (order[r.trees.depth == 0] == -1).all()
+    # growing only the trees the requests visit changes no figure of the replay
+    cost = cost_model(trace, get_device("h200"), Placement("ep", devices=2), CostConfig())
+    spec = PolicySpec("ecospec-auto", predictor="token")
+    c = r.context(cost)
+    every = auto_select(r.trees, *auto_order(r.trees, r.predicted("token"), values(c, "calibrated"), pricer(c),
+                                             trace.positions["context_len"]))
+    assert r.run(spec, cost).time_s == pytest.approx(r.run_selection(every, cost).time_s, rel=1e-12)
+
+
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    from ecosim.cli import main
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_replay_auto_and_tune_end_to_end(write, capsys):
+    import json
+    path = str(write(tiny_trace(12, requests=3, positions=40)))
+    code, out, err = cli(capsys, "replay", path, "--policy", "ecospec-auto", "--predictor", "oracle", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [(t["policy"], t["value"]) for t in doc["totals"]] == [("ecospec-auto", "calibrated")]
+    assert doc["totals"][0]["tokens"] > 0
+    code, out, err = cli(capsys, "replay", path, "--predictor", "oracle", "--json")
+    assert code == 0, err
+    assert [t["policy"] for t in json.loads(out)["totals"]] == ["ar", "confidence", "ecospec", "ecospec-auto", "evict",
+                                                                  "cascade", "eagle2-default", "sglang-default",
+                                                                  "vllm-chain", "oracle"]
+    code, out, err = cli(capsys, "replay", path, "--value", "guess")
+    assert code == 2 and "value" in err
+    code, out, err = cli(capsys, "tune", path, "--placement", "ep:2", "--predictor", "oracle", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["placement"] == "ep:2" and doc["speedup_vs_ar"] >= 1.0  # ar is a candidate: never slower than it
+    assert doc["static"]["sglang_flags"].startswith("--speculative-num-steps ")
+    assert doc["best_ms_per_token"] <= min(doc["ar_ms_per_token"], doc["auto_ms_per_token"], doc["static"]["ms_per_token"])
+    code, out, err = cli(capsys, "tune", path, "--predictor", "oracle")
+    assert code == 0 and "recommendation" in out and "SGLang" in out
