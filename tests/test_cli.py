@@ -68,9 +68,10 @@ def test_replay_json_without_policy_is_one_flat_list_of_rows(traces):
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert "compare" not in out
-    assert [(t["trace"], t["policy"]) for t in out["rows"]] == [
-        (t, p) for t in ("a", "b") for p in ("ar", "confidence", "ecospec", "oracle")]
-    assert [t["policy"] for t in out["totals"]] == ["ar", "confidence", "ecospec", "oracle"]
+    side_by_side = ["ar", "confidence", "ecospec", "ecospec-auto", "evict", "cascade", "eagle2-default",
+                    "sglang-default", "vllm-chain", "oracle"]  # every registered policy, the bound last
+    assert [(t["trace"], t["policy"]) for t in out["rows"]] == [(t, p) for t in ("a", "b") for p in side_by_side]
+    assert [t["policy"] for t in out["totals"]] == side_by_side
     by = {t["policy"]: t for t in out["totals"]}
     assert set(by["ecospec"]) >= {"budget", "lambda", "predictor", "score"} and by["ecospec"]["predictor"] == "oracle"
     assert not {"budget", "lambda", "predictor", "score"} & (set(by["ar"]) | set(by["oracle"]))
