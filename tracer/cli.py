@@ -29,8 +29,10 @@ def record(
     prompts: Annotated[list[Path], typer.Option(help="JSON Lines file of prompts ({\"task\", \"text\"|\"input_ids\"} a line); "
                                                      "repeatable; a directory stands for its *.jsonl.")],
     out: Annotated[Path, typer.Option(help="Trace directory to write (see docs/TRACE_FORMAT.md).")],
-    draft: Annotated[str, typer.Option(help="Draft: 'default' (the registry's, or a pair directory's draft/), "
-                                            "'early-exit:N' (the target's first N layers), a name, a directory or a hub id.")] = "default",
+    draft: Annotated[str, typer.Option(help="Draft: 'default' (the registry's, or a pair directory's draft/); "
+                                            "'model:PATH' (a separate checkpoint; a bare PATH, name or hub id too); "
+                                            "'early-exit:N' (the target's first N layers); 'mtp' (DeepSeek-V3's MTP "
+                                            "layer from the target checkpoint); 'eagle3:PATH' (an EAGLE-3 head).")] = "default",
     max_new_tokens: Annotated[int, typer.Option(help="Positions (generated tokens) to record per prompt.")] = 64,
     depth: Annotated[int, typer.Option(help=TreeShape.help("depth"))] = TREE.depth,
     topk: Annotated[int, typer.Option(help=TreeShape.help("topk"))] = TREE.topk,

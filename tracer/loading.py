@@ -10,7 +10,6 @@ only when the user passes it.
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import os
 import re
@@ -25,7 +24,6 @@ from tracer.registry import known_names, lookup
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
-_EARLY_EXIT = re.compile(r"^early-exit:(auto|\d+)$")
 
 
 @dataclass(frozen=True)
@@ -194,32 +192,3 @@ def load_tokenizer(src: Source, *, trust_remote_code: bool = False) -> Any:
 def same_tokenizer(a: Any, b: Any) -> bool:
     """Whether two tokenizers map every token string to the same id."""
     return a.get_vocab() == b.get_vocab()
-
-
-def early_exit_layers(spec: str, num_layers: int) -> int | None:
-    """N of ``early-exit:N`` (``auto``: a quarter of the layers), or None when `spec` is not one."""
-    m = _EARLY_EXIT.match(spec.strip())
-    if m is None:
-        if spec.strip().startswith("early-exit"):
-            raise TracerError(f"--draft {spec}: expected early-exit:N with N a number of layers, or early-exit:auto")
-        return None
-    n = max(1, num_layers // 4) if m.group(1) == "auto" else int(m.group(1))
-    if not 1 <= n < num_layers:
-        raise TracerError(f"--draft {spec}: N must be in [1, {num_layers - 1}] (the target has {num_layers} layers)")
-    return n
-
-
-def early_exit_view(model: Any, n_layers: int) -> Any:
-    """The target cut after its first `n_layers` decoder layers (then its final norm and LM head).
-
-    A shallow view: it shares every parameter with `model` (no copy); only the layer list differs.
-    """
-    import torch
-
-    inner = copy.copy(model.model)
-    inner._modules = dict(model.model._modules)
-    inner._modules["layers"] = torch.nn.ModuleList(list(model.model.layers)[:n_layers])
-    view = copy.copy(model)
-    view._modules = dict(model._modules)
-    view._modules["model"] = inner
-    return view

@@ -6,19 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ecosim.catalog.models import ModelShape
-from tracer.errors import TracerError
-from tracer.loading import (
-    Source,
-    early_exit_layers,
-    early_exit_view,
-    load_model,
-    load_tokenizer,
-    resolve,
-    same_tokenizer,
-)
+from tracer.drafts.registry import parse
+from tracer.loading import Source, load_model, load_tokenizer, resolve
 from tracer.routing import RouterCapture
 from tracer.runner import CachedLM
-from tracer.shape import model_shape, nbytes, nparams
+from tracer.shape import model_shape
 
 
 @dataclass
@@ -27,7 +19,7 @@ class Pair:
 
     source: Source
     target: CachedLM
-    draft: CachedLM
+    draft: Any  # a CachedLM, or a head draft with its interface (tracer.drafts.heads.HeadLM)
     capture: RouterCapture
     tokenizer: Any
     shape: ModelShape
@@ -46,23 +38,17 @@ def eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
 
 def load_pair(model: str, draft: str = "default", *, dtype: str = "auto", device: str = "cpu",
               attn: str = "auto", trust_remote_code: bool = False) -> Pair:
-    """Load `model` and its draft (``default``, ``early-exit:N``, a name, a directory or a hub id)."""
+    """Load `model` and its draft (``default`` or any kind of `tracer.drafts.registry`)."""
     src = resolve(model)
+    spec = src.default_draft if draft == "default" else draft
+    kind, arg = parse(spec)
+    if kind.precheck is not None:  # a draft read from the target's checkpoint: fail before loading it
+        kind.precheck(src)
     target = load_model(src, dtype=dtype, device=device, attn=attn, trust_remote_code=trust_remote_code)
     tok = load_tokenizer(src, trust_remote_code=trust_remote_code)
     capture = RouterCapture(target)
     shape = model_shape(target, src.name, capture.moe_layers, capture.top_k, src.ref)
-    spec = src.default_draft if draft == "default" else draft
-    n = early_exit_layers(spec, int(target.config.num_hidden_layers))
-    if n is not None:
-        dmodel = early_exit_view(target, n)
-        info = {"name": f"{src.name}:early-exit:{n}", "kind": "early-exit", "layers": n}
-    else:
-        dsrc = resolve(spec, what="--draft")
-        dev = device if device != "auto" else str(target.get_input_embeddings().weight.device)
-        dmodel = load_model(dsrc, dtype=dtype, device=dev, attn="auto", trust_remote_code=trust_remote_code)
-        if not same_tokenizer(tok, load_tokenizer(dsrc, trust_remote_code=trust_remote_code)):
-            raise TracerError(f"--draft {spec}: its tokenizer differs from the target's ({src.ref}); a draft must share it")
-        info = {"name": dsrc.name, "kind": "model", "source": dsrc.ref}
-    info.update(params=nparams(dmodel), bytes=nbytes(dmodel))
-    return Pair(src, CachedLM(target), CachedLM(dmodel), capture, tok, shape, info, eos_ids(target, tok))
+    tlm = CachedLM(target)
+    dlm, info = kind.load(arg, tlm, source=src, tokenizer=tok, dtype=dtype, device=device,
+                          trust_remote_code=trust_remote_code, spec=spec)
+    return Pair(src, tlm, dlm, capture, tok, shape, info, eos_ids(target, tok))

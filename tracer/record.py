@@ -32,6 +32,7 @@ from ecosim.outputs import TRACE, check_output
 from ecosim.tree_config import TREE
 from ecosim.trace.io import Trace, read_trace, write_trace
 from ecosim.trace.schema import MANIFEST
+from tracer.drafts.cost import with_levels
 from tracer.errors import Interrupted, TracerError
 from tracer.loading import check_device
 from tracer.pair import Pair, load_pair
@@ -184,7 +185,7 @@ def _manifest(cfg: RecordConfig, pair: Pair, prompts: list[Any], prompt_ids: lis
     return {
         "synthetic": False,
         "model": pair.shape.to_manifest(),
-        "draft": pair.draft_info,
+        "draft": with_levels(pair.draft_info, cfg.depth, cfg.topk),
         "tree": {"depth": cfg.depth, "topk": cfg.topk, "max_nodes": cfg.max_nodes},
         "decoding": {"mode": "greedy"},
         "requests": [
@@ -260,6 +261,9 @@ def run_record(cfg: RecordConfig) -> Path:
                      trust_remote_code=cfg.trust_remote_code)
     if cfg.topk > pair.target.vocab_size:
         raise TracerError(f"--topk {cfg.topk}: larger than the vocabulary ({pair.target.vocab_size})")
+    draft_vocab = pair.draft_info["shape"].get("draft_vocab_size")
+    if draft_vocab is not None and cfg.topk > draft_vocab:
+        raise TracerError(f"--topk {cfg.topk}: larger than the draft's vocabulary ({draft_vocab})")
     ids = tokenize(prompts, pair.tokenizer, pair.target.vocab_size)
     manifest = _manifest(cfg, pair, prompts, ids)
     rec = Recording(cfg.out, manifest, cfg.gates)

@@ -24,6 +24,7 @@ class CachedLM:
         self.dtype = emb.dtype if emb.dtype.is_floating_point else torch.float32
         self.windows = attention_windows(model.config) if windows is None else windows
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.tap: Any = None  # a `drafts.heads.FeatureTap` when a head draft reads this model's features
         self.reset()
 
     def reset(self) -> None:
@@ -32,6 +33,7 @@ class CachedLM:
 
         self.cache = DynamicCache()
         self.key_pos = torch.zeros(0, dtype=torch.long, device=self.device)
+        self.features: torch.Tensor | None = None  # (len, dim): the tap's feature of every cached key
 
     def __len__(self) -> int:
         return int(self.key_pos.shape[0])
@@ -59,6 +61,9 @@ class CachedLM:
         )
         self.cache = out.cache
         self.key_pos = key_pos
+        if self.tap is not None:
+            new = self.tap.take()
+            self.features = new if self.features is None else torch.cat([self.features, new])
         return out.logits[0]
 
     def extend(self, ids: torch.Tensor, last_only: bool = True) -> torch.Tensor:
@@ -74,3 +79,5 @@ class CachedLM:
         if drop > 0:
             self.cache.crop(-drop)
             self.key_pos = self.key_pos[:n]
+            if self.features is not None:
+                self.features = self.features[:n]

@@ -134,3 +134,105 @@ def write_tiny(family: str, out: str | Path, *, seed: int = 0) -> Path:
         model.save_pretrained(d, safe_serialization=True)
         tok.save_pretrained(d)
     return out
+
+
+def _randomise(module, seed: int, std: float = 0.1) -> None:
+    """Seeded N(0, std) weights for every matrix of `module`, ones for every norm, zero biases."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(module.named_parameters()):
+            if p.dim() >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+            elif "norm" in name:
+                p.fill_(1.0)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+
+
+def build_mtp(config, seed: int = 0):
+    """A random DeepSeek-V3 MTP module for `config` (layer N = num_hidden_layers) and its tensors
+    under the checkpoint's names (per-expert, as DeepSeek-V3's safetensors store them)."""
+    import torch
+
+    from tracer.drafts.mtp import MTPModule
+
+    n = int(config.num_hidden_layers)
+    torch.manual_seed(seed)
+    module = MTPModule(config, n).float().eval()
+    _randomise(module, seed)
+    if hasattr(module.block.mlp, "gate"):
+        g = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            module.block.mlp.gate.e_score_correction_bias.copy_(torch.rand(config.n_routed_experts, generator=g) * 0.2)
+    prefix = f"model.layers.{n}."
+    out = {}
+    for k, v in module.state_dict().items():
+        k = k.removeprefix("block.")
+        if k == "mlp.experts.gate_up_proj":
+            inter = v.shape[1] // 2
+            for e in range(v.shape[0]):
+                out[f"{prefix}mlp.experts.{e}.gate_proj.weight"] = v[e, :inter].clone()
+                out[f"{prefix}mlp.experts.{e}.up_proj.weight"] = v[e, inter:].clone()
+        elif k == "mlp.experts.down_proj":
+            for e in range(v.shape[0]):
+                out[f"{prefix}mlp.experts.{e}.down_proj.weight"] = v[e].clone()
+        else:
+            out[prefix + k] = v.clone()
+    return module, out
+
+
+def add_mtp_layer(target_dir: str | Path, seed: int = 0):
+    """Append a random MTP layer's tensors to the DeepSeek-V3 checkpoint in `target_dir` (as
+    DeepSeek-V3 ships it: ``model.layers.{N}.*`` beside the model, with copies of the embedding and
+    LM head under ``embed_tokens`` and ``shared_head.head``); returns the module written."""
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoConfig
+
+    target_dir = Path(target_dir)
+    config = AutoConfig.from_pretrained(target_dir)
+    module, tensors = build_mtp(config, seed)
+    f = target_dir / "model.safetensors"
+    state = load_file(str(f))
+    n = int(config.num_hidden_layers)
+    tensors[f"model.layers.{n}.embed_tokens.weight"] = state["model.embed_tokens.weight"].clone()
+    tensors[f"model.layers.{n}.shared_head.head.weight"] = state["lm_head.weight"].clone()
+    save_file({**state, **tensors}, str(f), metadata={"format": "pt"})
+    return module
+
+
+def write_eagle3(target_dir: str | Path, out: str | Path, *, seed: int = 0, draft_vocab: int | None = None):
+    """A random EAGLE-3 head for the target in `target_dir`, saved in `out` (config.json +
+    model.safetensors under the public names); its draft vocabulary is every other target id
+    from 0 (all of them when `draft_vocab` is the target's), to exercise d2t. Returns the head."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoConfig
+
+    from tracer.drafts.eagle3 import Eagle3Config, Eagle3Head
+
+    c = AutoConfig.from_pretrained(target_dir)
+    layers = int(c.num_hidden_layers)
+    vocab = int(c.vocab_size)
+    dv = draft_vocab or (vocab + 1) // 2
+    cfg = Eagle3Config(
+        hidden_size=int(c.hidden_size), target_hidden_size=int(c.hidden_size), intermediate_size=2 * int(c.hidden_size),
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=vocab, draft_vocab_size=dv,
+        layer_ids=[0, layers // 2, layers - 1], rms_norm_eps=float(c.rms_norm_eps),
+    )
+    head = Eagle3Head(cfg).eval()
+    _randomise(head, seed)
+    step = 2 if dv * 2 <= vocab else 1
+    ids = torch.arange(dv) * step
+    with torch.no_grad():
+        head.d2t.copy_(ids - torch.arange(dv))
+        head.t2d.zero_()
+        head.t2d[ids] = True
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(cfg.to_json(), indent=2) + "\n", encoding="utf-8")
+    return head

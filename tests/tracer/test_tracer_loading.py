@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from tracer.errors import TracerError
-from tracer.loading import early_exit_layers, early_exit_view, load_model, resolve
+from tracer.drafts.early_exit import layers_of, view
+from tracer.loading import load_model, resolve
 from tracer.pair import load_pair
 from tracer.routing import RouterCapture
 from tracer.shape import model_shape
@@ -15,23 +16,27 @@ from tracer.shape import model_shape
 @pytest.mark.parametrize("family", ["deepseek_v3", "gpt_oss"])
 def test_early_exit_view_is_the_first_layers_then_norm_and_head(family, pairs):
     model = pairs[family].target.model
-    view = early_exit_view(model, 2)
+    cut = view(model, 2)
     ids = torch.randint(3, 259, (1, 12), generator=torch.Generator().manual_seed(1))
     with torch.inference_mode():
         hidden = model(ids, output_hidden_states=True).hidden_states[2]  # output of layer 1
         want = model.lm_head(model.model.norm(hidden))
-        got = view(ids).logits
+        got = cut(ids).logits
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert len(model.model.layers) == model.config.num_hidden_layers, "the target is untouched"
-    assert view.lm_head.weight is model.lm_head.weight, "a view shares the weights"
+    assert cut.lm_head.weight is model.lm_head.weight, "a view shares the weights"
 
 
 def test_early_exit_spec():
-    assert early_exit_layers("early-exit:3", 8) == 3
-    assert early_exit_layers("early-exit:auto", 8) == 2
-    assert early_exit_layers("Qwen/Qwen3-0.6B", 8) is None
-    with pytest.raises(TracerError):
-        early_exit_layers("early-exit:8", 8)
+    from tracer.drafts.registry import KINDS, parse
+
+    assert layers_of("3", 8) == 3
+    assert layers_of("auto", 8) == 2
+    assert parse("early-exit:3") == (KINDS["early-exit"], "3")
+    assert parse("Qwen/Qwen3-0.6B") == (KINDS["model"], "Qwen/Qwen3-0.6B")
+    for bad in ("8", "0", "x"):
+        with pytest.raises(TracerError):
+            layers_of(bad, 8)
 
 
 def test_bfloat16_halves_the_measured_expert_bytes(tiny_dirs):
