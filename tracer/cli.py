@@ -76,13 +76,20 @@ def tiny(
     family: Annotated[str, typer.Option(help="qwen3_moe, deepseek_v3, gpt_oss, mixtral or olmoe.")],
     out: Annotated[Path, typer.Option(help="Directory to write: target/ and draft/ checkpoints (safetensors + tokenizer).")],
     seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+    heads: Annotated[bool, typer.Option("--heads", help="Also write a random EAGLE-3 head in OUT/eagle3 and, for "
+                                                        "deepseek_v3, an MTP layer in the target's checkpoint.")] = False,
 ) -> None:
     """Build a tiny random model of a family (and a smaller draft) as a local checkpoint, for tests."""
-    from tracer.tiny import FAMILIES, write_tiny
+    from tracer.tiny import FAMILIES, add_mtp_layer, write_eagle3, write_tiny
 
     if family not in FAMILIES:
         raise typer.BadParameter(f"unknown family {family!r}; known: {', '.join(FAMILIES)}", param_hint="--family")
-    print(f"wrote {write_tiny(family, out, seed=seed)}", file=sys.stderr)
+    path = write_tiny(family, out, seed=seed)
+    if heads:
+        write_eagle3(path / "target", path / "eagle3", seed=seed + 2000)
+        if family == "deepseek_v3":
+            add_mtp_layer(path / "target", seed=seed + 3000)
+    print(f"wrote {path}", file=sys.stderr)
 
 
 @app.command()

@@ -1,8 +1,8 @@
 """Short names for the target models the tracer knows: what to load, how, and the default draft.
 
-A draft is either another checkpoint that shares the target's tokenizer (checked at load time) or
-``early-exit:N``, the target's own first N layers followed by its final norm and LM head
-(self-speculative). Where no small model shares the tokenizer, the default is early exit.
+A default draft is any `--draft` value (`tracer.drafts.registry`): another checkpoint that shares
+the target's tokenizer (checked at load time), ``early-exit:N`` (the target's own first N layers,
+then its final norm and LM head), or ``mtp`` (a DeepSeek-V3 checkpoint's own MTP module).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ class Entry:
 
 
 ENTRIES = [
-    Entry("deepseek-v3.1", "deepseek-ai/DeepSeek-V3.1", "deepseek_v3", "early-exit:6",
-          note="FP8 weights; no smaller model shares its tokenizer and transformers does not load its MTP "
-               "head, so the default draft is the first 6 layers (3 dense + 3 MoE)"),
+    Entry("deepseek-v3.1", "deepseek-ai/DeepSeek-V3.1", "deepseek_v3", "mtp",
+          note="FP8 weights; the default draft is its own MTP module (checkpoint layer 61, read by "
+               "tracer.drafts.mtp; transformers skips it), as SGLang's NextN speculative decoding runs it"),
     Entry("qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "qwen3_moe", "Qwen/Qwen3-0.6B",
           note="Qwen3-0.6B shares the Qwen3 tokenizer"),
     Entry("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", "qwen3_moe", "Qwen/Qwen3-0.6B",

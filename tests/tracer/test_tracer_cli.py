@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tracer.cli import app, main
+from tracer.drafts.registry import parse
 from tracer.loading import hub_offline, resolve
 from tracer.registry import ENTRIES, lookup
 
@@ -134,5 +135,6 @@ def test_registry_entries():
     for e in ENTRIES:
         src = resolve(e.name)
         assert not src.local and src.ref == e.hub_id and src.default_draft == e.draft
-        assert e.draft.startswith("early-exit:") or lookup(e.draft) is not None or "/" in e.draft
+        kind, arg = parse(e.draft)  # a valid --draft value of a known kind
+        assert kind.name != "model" or lookup(arg) is not None or "/" in arg
     assert lookup("openai/gpt-oss-20b").attn == "eager"

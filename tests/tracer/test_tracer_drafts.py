@@ -255,3 +255,16 @@ def test_eagle3_head_missing_a_tensor_names_it(tiny_dirs, eagle3_dir, tmp_path):
 def test_bad_draft_values(spec, msg):
     with pytest.raises(TracerError, match=msg):
         parse(spec)
+
+
+def test_cli_tiny_heads_then_record_with_each(prompts_file, tmp_path, capsys):
+    """End to end: `tracer tiny --heads` writes both heads; `tracer record --draft ...` uses each."""
+    code, _ = run_main(["tiny", "--family", "deepseek_v3", "--out", str(tmp_path / "ds"), "--heads"], capsys)
+    assert code == 0 and (tmp_path / "ds" / "eagle3" / "config.json").is_file()
+    for draft in ("mtp", f"eagle3:{tmp_path / 'ds' / 'eagle3'}"):
+        out = tmp_path / draft.split(":")[0]
+        code, err = run_main(["record", "--model", str(tmp_path / "ds"), "--prompts", str(prompts_file), "--out", str(out),
+                              "--draft", draft, "--max-new-tokens", "3", "--depth", "2", "--topk", "2", "--max-nodes", "4",
+                              "--threads", "1", "--quiet"], capsys)
+        assert code == 0, err
+        assert check_trace(out)["draft"]["kind"] == draft.split(":")[0]
