@@ -251,7 +251,7 @@ def load(arg: str, target: CachedLM, **_: Any) -> tuple[Eagle3LM, dict[str, Any]
     attach_tap(target, [decoder_layers(model)[i] for i in head.cfg.layer_ids])
     c = head.cfg
     info = head_info(
-        name=f"eagle3:{path.resolve().name}", kind="eagle3", source=str(path), module=head,
+        name=f"{path.resolve().parent.name}/{path.resolve().name}", kind="eagle3", source=str(path), module=head,
         shares=["embedding"] if embed is emb else [],
         shape={"layers": 1, "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
                "num_attention_heads": c.num_attention_heads, "num_key_value_heads": c.num_key_value_heads,
