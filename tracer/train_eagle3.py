@@ -11,9 +11,8 @@ the inputs it sees deep in a draft tree. A step-k query at position p attends to
 positions <= p-k+1 (the context, as at inference) and to the step-j key at p-k+j for j = 2..k
 (its ancestors in the tree and itself). Loss: cross-entropy against the target's distribution
 restricted to the draft vocabulary, step k weighted 0.8^(k-1) (EAGLE-3's weighting). The head's
-LM head and final norm start from the target's (its rows of the draft vocabulary) and its fc near
-the identity on the high layer's feature, so the head starts in the space the target's read-out
-understands and learns the step from position p-1 to p.
+LM head and final norm start from the target's (its rows of the draft vocabulary), so the head
+learns to produce a hidden state the target's read-out already understands.
 
 The draft vocabulary is the `--draft-vocab` most frequent tokens of the training stream (d2t/t2d
 map it to the target's ids). One CPU thread by default and `torch.use_deterministic_algorithms`:
@@ -123,8 +122,7 @@ def main(argv=None) -> int:
     ap.add_argument("--intermediate", type=int, default=512, help="MLP width of the head")
     ap.add_argument("--layers", default="0,2,3", help="target layers whose outputs are the low, mid, high features")
     ap.add_argument("--init-head", action=argparse.BooleanOptionalAction, default=True,
-                    help="initialise the head's LM head and final norm from the target's (rows of the draft vocabulary) "
-                         "and its fc near the identity on the high layer's feature")
+                    help="initialise the head's LM head and final norm from the target's (rows of the draft vocabulary)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--val-tokens", type=int, default=16384, help="validation tokens for the final agreement")
     ap.add_argument("--log-every", type=int, default=25, help="print every N steps")
@@ -165,11 +163,6 @@ def main(argv=None) -> int:
         if args.init_head:  # start from the target's own read-out: its final norm and LM-head rows
             head.lm_head.weight.copy_(target.get_output_embeddings().weight[ids])
             head.norm.weight.copy_(target.model.norm.weight)
-            # and the fused feature from the high layer's output: the residual stream then starts
-            # in the space the target's read-out understands, and the layer learns the step to p+1
-            h = cfg.target_hidden_size
-            head.fc.weight.mul_(0.1)
-            head.fc.weight[:, 2 * h:] += torch.eye(h)
         head.d2t.copy_(ids - torch.arange(len(ids)))
         head.t2d.zero_()
         head.t2d[ids] = True
