@@ -44,3 +44,19 @@ def test_experts_really_used(summaries, task):
     usage = summaries[task]["expert_usage"]
     assert usage["all_nodes"]["max_over_fair"] <= 4.0 and usage["all_nodes"]["dead"] == 0, usage
     assert usage["dead"] == 0, usage
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_eagle3_trace_follows_the_same_continuation_as_the_dense_one(task):
+    """traces/eagle3-TASK (the committed EAGLE-3 head) holds the first prompts of traces/TASK: the
+    target's greedy continuation does not depend on the draft, so the roots match position by position."""
+    e, d = read_trace(ROOT / "traces" / f"eagle3-{task}"), read_trace(ROOT / "traces" / task)
+    assert e.manifest["draft"]["kind"] == "eagle3" and d.manifest["draft"]["kind"] == "model"
+    assert e.manifest["draft"]["source"] == "models/ecosim-tiny/eagle3"
+    assert e.manifest["draft"]["bytes"] < d.manifest["draft"]["bytes"] / 2
+    assert e.manifest["tree"] == d.manifest["tree"] and e.manifest["model"] == d.manifest["model"]
+    for req in e.manifest["requests"]:
+        rid = req["request_id"]
+        assert req["prompt_ids"] == d.manifest["requests"][rid]["prompt_ids"]
+        roots = [t.nodes["token"][(t.nodes["node"] == 0) & (t.nodes["request_id"] == rid)] for t in (e, d)]
+        assert req["positions"] > 0 and roots[0].tolist() == roots[1][: len(roots[0])].tolist()

@@ -268,3 +268,12 @@ def test_cli_tiny_heads_then_record_with_each(prompts_file, tmp_path, capsys):
                               "--threads", "1", "--quiet"], capsys)
         assert code == 0, err
         assert check_trace(out)["draft"]["kind"] == draft.split(":")[0]
+
+
+def test_the_committed_eagle3_head_loads_on_its_target_and_reads_less_than_the_dense_draft():
+    root = Path(__file__).resolve().parents[2] / "models" / "ecosim-tiny"
+    pair = load_pair(str(root), f"eagle3:{root / 'eagle3'}")
+    dense = load_pair(str(root))
+    assert pair.draft_info["kind"] == "eagle3" and dense.draft_info["kind"] == "model"
+    assert pair.draft_info["bytes"] < dense.draft_info["bytes"] / 2
+    assert pair.draft_info["name"] == "ecosim-tiny/eagle3"
