@@ -23,9 +23,10 @@ class Entry:
 
 
 ENTRIES = [
-    Entry("deepseek-v3.1", "deepseek-ai/DeepSeek-V3.1", "deepseek_v3", "mtp",
-          note="FP8 weights; the default draft is its own MTP module (checkpoint layer 61, read by "
-               "tracer.drafts.mtp; transformers skips it), as SGLang's NextN speculative decoding runs it"),
+    Entry("deepseek-v3.1", "deepseek-ai/DeepSeek-V3.1", "deepseek_v3", "early-exit:6",
+          note="FP8 weights; no smaller model shares its tokenizer, so the default draft is the first 6 layers "
+               "(3 dense + 3 MoE); --draft mtp drafts with its own MTP module (checkpoint layer 61, as SGLang's "
+               "NextN), which validate's timing bench cannot rebuild yet"),
     Entry("qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", "qwen3_moe", "Qwen/Qwen3-0.6B",
           note="Qwen3-0.6B shares the Qwen3 tokenizer"),
     Entry("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", "qwen3_moe", "Qwen/Qwen3-0.6B",
