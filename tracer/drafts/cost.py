@@ -3,7 +3,8 @@
     {"name", "kind", "source", "params", "bytes", "shares_target", "shape": {...},
      "levels": {"nodes": [...], "forwards": [...], "bytes": [...]}}
 
-* `params`: parameters the draft owns (tensors it shares with the target are not counted).
+* `params`: parameters the draft owns (tensors it shares with the target are not counted), except
+  for `early-exit`, whose every parameter is the target's: there, the parameters of what it runs.
 * `bytes`: bytes of every tensor one draft forward reads, the shared ones included (an MTP step
   reads the target's LM head again), each routed expert counted once (an upper bound for MoE
   drafts). The input embedding is a row lookup, not a read, and is counted only when tied to a

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from tracer.drafts.cost import head_info
 from tracer.drafts.heads import HeadLM, attach_tap, rms_norm
 from tracer.drafts.weights import read_tensors
 from tracer.errors import TracerError
@@ -237,8 +238,6 @@ def load_head(path: Path, num_target_layers: int, target_hidden: int, target_voc
 
 def load(arg: str, target: CachedLM, **_: Any) -> tuple[Eagle3LM, dict[str, Any]]:
     """The EAGLE-3 draft of `target` from the head directory `arg`; taps the target's layers."""
-    from tracer.drafts.cost import head_info
-
     path = Path(arg).expanduser()
     model = target.model
     n_layers = len(decoder_layers(model))

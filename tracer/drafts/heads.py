@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 
+from tracer.masks import additive_mask
 from tracer.runner import CachedLM
 
 
@@ -111,8 +112,6 @@ class HeadLM:
     def forward(self, ids: torch.Tensor, pos: torch.Tensor, visible_tail: torch.Tensor, tail_start: int,
                 last_only: bool = False) -> torch.Tensor:
         """Append `ids` at `pos` (mask as in `CachedLM.forward`); return logits over the target's vocab."""
-        from tracer.masks import additive_mask
-
         ids, pos, visible_tail = ids.to(self.device), pos.to(self.device), visible_tail.to(self.device)
         start = len(self)
         key_pos = torch.cat([self.key_pos, pos])
