@@ -134,7 +134,8 @@ class TraceReplay:
         return self._trees
 
     def predictor(self, name: str) -> ExpertPredictor:
-        return self.predictors.get(name) or get_predictor(name)
+        """A predictor by name (the ones given first), loaded once per trace."""
+        return self.memo.get(TRACE, ("predictor", name), lambda: self.predictors.get(name) or get_predictor(name))
 
     def predicted(self, name: str) -> np.ndarray:
         return self.memo.get(TRACE, ("predicted", name), lambda: self.predictor(name).predict(self.trace))
