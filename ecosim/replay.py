@@ -16,13 +16,13 @@ that produced the selection, only on the selection itself.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
 from ecosim import bitsets
+from ecosim.memo import Memo
 from ecosim.cache import ExpertCache
 from ecosim.cost import CostModel
 from ecosim.metrics import Row
@@ -71,42 +71,6 @@ def union_bits(trace: Trace, trees: Trees, selected: np.ndarray, visited: np.nda
     step = np.cumsum(np.diff(trees.tree_of_row[rows], prepend=-1) != 0) - 1  # rows are in tree order
     n = int(step[-1]) + 1 if len(rows) else 0
     return bitsets.pack_groups(trace.experts_3d(), step, n, trace.model.num_experts, rows=rows)
-
-
-class Memo:
-    """Values computed once per key, grouped by kind; a kind is dropped as a whole when the work it
-    serves is done. A view shares some kinds with the memo it came from and starts the others empty."""
-
-    def __init__(self, kinds: dict[str, dict[Hashable, Any]] | None = None):
-        self.kinds: dict[str, dict[Hashable, Any]] = kinds if kinds is not None else {}
-
-    def _of(self, kind: str) -> dict[Hashable, Any]:
-        return self.kinds.setdefault(kind, {})
-
-    def get(self, kind: str, key: Hashable, make: Callable[[], Any]) -> Any:
-        d = self._of(kind)
-        if key not in d:
-            d[key] = make()
-        return d[key]
-
-    def peek(self, kind: str, key: Hashable) -> Any:
-        return self._of(kind).get(key)
-
-    def put(self, kind: str, key: Hashable, value: Any) -> None:
-        self._of(kind)[key] = value
-
-    def pop(self, kind: str, key: Hashable) -> Any:
-        return self._of(kind).pop(key, None)
-
-    def drop(self, *kinds: str) -> None:
-        for k in kinds:
-            self._of(k).clear()
-
-    def share(self, *kinds: str) -> Memo:
-        return Memo({k: self._of(k) for k in kinds})
-
-    def size(self, *kinds: str) -> int:
-        return sum(len(self._of(k)) for k in kinds)
 
 
 # How long what TraceReplay keeps lives:
