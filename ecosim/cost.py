@@ -20,7 +20,7 @@ engines decide which steps happen and in what state (see replay.py and des.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -44,6 +44,12 @@ class CostConfig:
     # How memory and compute time combine: "max" (a roofline: GPUs overlap them) or "sum" (no
     # overlap: small models on CPUs, where `validate calibrate` fits both terms).
     overlap: Literal["max", "sum"] = "max"
+
+
+def given(*values: Any) -> Any:
+    """The first value that is not None: how a calibrated profile's field overrides a setting
+    (an explicit 0.0 is a value, not a missing one)."""
+    return next(v for v in values if v is not None)
 
 
 # The costs the model leaves out; printed with every replay so nobody mistakes them for modelled.
@@ -72,13 +78,13 @@ class CostModel:
     @property
     def bw(self) -> float:
         """Achieved HBM bandwidth (bytes/s); the raw peak under experts-only."""
-        eff = 1.0 if self.experts_only else (self.device.bw_efficiency or self.config.bw_efficiency)
+        eff = 1.0 if self.experts_only else (given(self.device.bw_efficiency, self.config.bw_efficiency))
         return self.device.hbm_bw * eff
 
     @property
     def peak(self) -> float:
         raw = self.device.peak_fp8 if self.model.bytes_per_param <= 1.0 else self.device.peak_bf16
-        return raw * (self.device.compute_efficiency or self.config.compute_efficiency)
+        return raw * (given(self.device.compute_efficiency, self.config.compute_efficiency))
 
     @property
     def step_overhead(self) -> float:
@@ -96,7 +102,7 @@ class CostModel:
         return self.tree_depth * self.draft_bytes / self.bw
 
     def _combine(self, memory: np.ndarray | float, compute: np.ndarray) -> np.ndarray:
-        overlap = self.device.overlap or self.config.overlap
+        overlap = given(self.device.overlap, self.config.overlap)
         return np.maximum(memory, compute) if overlap == "max" else memory + compute
 
     def device_layer_times(self, union: np.ndarray, tokens: np.ndarray) -> np.ndarray:
@@ -166,10 +172,10 @@ class CostModel:
         if self.experts_only:  # routed-expert bytes at the raw bandwidth, nothing else
             return {"bw_efficiency": 1.0, "step_overhead_s": 0.0, "draft_time_s": 0.0}
         used: dict[str, object] = {
-            "bw_efficiency": self.device.bw_efficiency or self.config.bw_efficiency,
-            "compute_efficiency": self.device.compute_efficiency or self.config.compute_efficiency,
+            "bw_efficiency": given(self.device.bw_efficiency, self.config.bw_efficiency),
+            "compute_efficiency": given(self.device.compute_efficiency, self.config.compute_efficiency),
             "step_overhead_s": self.step_overhead,
-            "overlap": self.device.overlap or self.config.overlap,
+            "overlap": given(self.device.overlap, self.config.overlap),
             "draft_time_s": self.draft_time(speculative=True),
         }
         if self.placement.kind == "ep":
@@ -181,7 +187,7 @@ class CostModel:
             **self.device.to_dict(),
             "placement": str(self.placement),
             "cost_mode": self.config.mode,
-            "overlap": self.device.overlap or self.config.overlap,
+            "overlap": given(self.device.overlap, self.config.overlap),
             "achieved_bw": self.bw,
             "achieved_peak_flops": self.peak,
             "step_overhead_s": 0.0 if self.experts_only else self.step_overhead,

@@ -16,13 +16,13 @@ that produced the selection, only on the selection itself.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
 from ecosim import bitsets
+from ecosim.memo import Memo
 from ecosim.cache import ExpertCache
 from ecosim.cost import CostModel
 from ecosim.metrics import Row
@@ -73,42 +73,6 @@ def union_bits(trace: Trace, trees: Trees, selected: np.ndarray, visited: np.nda
     return bitsets.pack_groups(trace.experts_3d(), step, n, trace.model.num_experts, rows=rows)
 
 
-class Memo:
-    """Values computed once per key, grouped by kind; a kind is dropped as a whole when the work it
-    serves is done. A view shares some kinds with the memo it came from and starts the others empty."""
-
-    def __init__(self, kinds: dict[str, dict[Hashable, Any]] | None = None):
-        self.kinds: dict[str, dict[Hashable, Any]] = kinds if kinds is not None else {}
-
-    def _of(self, kind: str) -> dict[Hashable, Any]:
-        return self.kinds.setdefault(kind, {})
-
-    def get(self, kind: str, key: Hashable, make: Callable[[], Any]) -> Any:
-        d = self._of(kind)
-        if key not in d:
-            d[key] = make()
-        return d[key]
-
-    def peek(self, kind: str, key: Hashable) -> Any:
-        return self._of(kind).get(key)
-
-    def put(self, kind: str, key: Hashable, value: Any) -> None:
-        self._of(kind)[key] = value
-
-    def pop(self, kind: str, key: Hashable) -> Any:
-        return self._of(kind).pop(key, None)
-
-    def drop(self, *kinds: str) -> None:
-        for k in kinds:
-            self._of(k).clear()
-
-    def share(self, *kinds: str) -> Memo:
-        return Memo({k: self._of(k) for k in kinds})
-
-    def size(self, *kinds: str) -> int:
-        return sum(len(self._of(k)) for k in kinds)
-
-
 # How long what TraceReplay keeps lives:
 TRACE = "trace"  # per trace, whatever the policy: predictions, ranks, offsets, the oracle's chain unions
 ROWS = "rows"  # priced rows by (selection fingerprint, cost model): shared by a worker's views
@@ -134,7 +98,8 @@ class TraceReplay:
         return self._trees
 
     def predictor(self, name: str) -> ExpertPredictor:
-        return self.predictors.get(name) or get_predictor(name)
+        """A predictor by name (the ones given first), loaded once per trace."""
+        return self.memo.get(TRACE, ("predictor", name), lambda: self.predictors.get(name) or get_predictor(name))
 
     def predicted(self, name: str) -> np.ndarray:
         return self.memo.get(TRACE, ("predicted", name), lambda: self.predictor(name).predict(self.trace))

@@ -50,7 +50,7 @@ import numpy as np
 
 from ecosim.catalog.models import get_model
 from ecosim.analysis.predictor_compare import PREDICTORS, compare, markdown_table, summary_tables, to_dict
-from ecosim.sweep.grid import Pricing, parse_lambdas, parse_placements
+from ecosim.sweep.grid import Pricing, parse_axis, parse_placements
 from ecosim.synth import SynthConfig, write_synthetic
 from ecosim.trace.io import read_trace
 from reports._common import real_or_all, save
@@ -58,7 +58,7 @@ from reports._common import real_or_all, save
 t0 = time.time()
 real, data = real_or_all(traces)
 print("replayed:", ", ".join(f"{t.name} ({'synthetic' if t.synthetic else 'real'})" for t in real))
-lams = parse_lambdas(lambdas)
+lams = parse_axis("lambda", lambdas)
 pricings = [Pricing("h200", None, p) for p in parse_placements(placements)]
 doc = to_dict(compare(real, list(PREDICTORS), budget, lams, pricings), budget, lams, "difference", 4)
 with tempfile.TemporaryDirectory() as tmp:

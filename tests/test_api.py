@@ -13,6 +13,7 @@ from conftest import tiny_trace
 from ecosim.cli import main
 from ecosim.cost import CostConfig
 from ecosim.errors import EcoSimError
+from ecosim.policies import registry
 
 
 def test_replay_rows_are_the_cli_json_rows(write, tmp_path, capsys):
@@ -22,7 +23,7 @@ def test_replay_rows_are_the_cli_json_rows(write, tmp_path, capsys):
     assert main(["replay", str(a), str(b), "--hardware", "b200", "--placement", "offload:4", "--budget", "6",
                  "--lambda", "0.25", "--predictor", "oracle", "--step-overhead", "0s", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    knobs = ("policy", "budget", "lambda", "predictor", "score", "label", "draft_time_s")
+    knobs = ("policy", *(k.key for k in registry.knobs()), "label", "draft_time_s")  # every knob column
 
     def metrics(r: dict) -> dict:
         return {k: v for k, v in r.items() if k not in knobs}
@@ -36,7 +37,7 @@ def test_replay_rows_are_the_cli_json_rows(write, tmp_path, capsys):
         assert mine == rows + total
     assert df.filter(pl.col("policy") == "confidence")["budget"].to_list() == [6, 6, 6]
     assert df.filter(pl.col("policy") == "ar")["budget"].null_count() == 3
-    assert df.schema["lambda"] == pl.Float64 and df.height == 4 * 3
+    assert df.schema["lambda"] == pl.Float64 and df.height == len(registry.names()) * 3
 
 
 def test_replay_takes_specs_and_one_policy(write):

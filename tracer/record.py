@@ -31,7 +31,7 @@ from ecosim.errors import EcoSimError
 from ecosim.outputs import TRACE, check_output
 from ecosim.tree_config import TREE
 from ecosim.trace.io import Trace, read_trace, write_trace
-from ecosim.trace.schema import MANIFEST
+from ecosim.trace.schema import MANIFEST, POSITION_COLUMNS, empty_nodes, empty_positions, experts_width, typed_nodes
 from tracer.drafts.cost import with_levels
 from tracer.errors import Interrupted, TracerError
 from tracer.loading import check_device
@@ -45,8 +45,6 @@ from tracer.verify import verify_tree
 # "N:SIGINT" a Ctrl-C, so a test can interrupt at a point that does not depend on the machine's
 # speed. Unset in normal use.
 KILL_AFTER_COMMIT = "TRACER_TEST_KILL_AFTER_COMMIT"
-
-NODE_KEYS = ("request_id", "pos", "node", "parent", "depth", "token", "draft_logprob", "target_next", "target_logprob")
 
 
 @dataclass(frozen=True)
@@ -104,7 +102,7 @@ class Recording:
 
     def __init__(self, out: Path, manifest: dict[str, Any], gates: bool):
         self.out, self.manifest, self.gates = out, manifest, gates
-        self.width = len(manifest["model"]["moe_layers"]) * manifest["model"]["top_k"]
+        self.width = experts_width(manifest["model"])
         self.positions: list[dict[str, np.ndarray]] = []
         self.nodes: list[dict[str, np.ndarray]] = []
         self.counts = {r["request_id"]: 0 for r in manifest["requests"]}
@@ -115,21 +113,14 @@ class Recording:
 
     def add(self, rid: int, pos: int, context_len: int, tree: Any, ver: Any) -> None:
         n = len(tree)
-        self.positions.append({
-            "request_id": np.array([rid], np.int32), "pos": np.array([pos], np.int32),
-            "context_len": np.array([context_len], np.int32), "n_nodes": np.array([n], np.int16),
-        })
-        rows = {
-            "request_id": np.full(n, rid, np.int32), "pos": np.full(n, pos, np.int32),
-            "node": np.arange(n, dtype=np.int16), "parent": tree.parents.astype(np.int16),
-            "depth": tree.depths.astype(np.int8), "token": tree.tokens.astype(np.int32),
-            "draft_logprob": tree.draft_logprob.astype(np.float32), "target_next": ver.target_next.astype(np.int32),
-            "target_logprob": ver.target_logprob.astype(np.float32),
-            "experts": ver.experts.reshape(n, self.width).astype(np.int16),
-        }
+        self.positions.append({k: np.array([v], t.to_pandas_dtype()) for (k, t), v in
+                               zip(POSITION_COLUMNS.items(), (rid, pos, context_len, n))})
+        cols = {"request_id": np.full(n, rid), "pos": np.full(n, pos), "node": np.arange(n), "parent": tree.parents,
+                "depth": tree.depths, "token": tree.tokens, "draft_logprob": tree.draft_logprob,
+                "target_next": ver.target_next, "target_logprob": ver.target_logprob, "experts": ver.experts}
         if self.gates:
-            rows["gates"] = ver.gates.reshape(n, self.width).astype(np.float32)
-        self.nodes.append(rows)
+            cols["gates"] = ver.gates
+        self.nodes.append(typed_nodes(cols, self.width))
         self.counts[rid] = pos + 1
         self.roots[rid].append(int(tree.tokens[0]))
         self.last_next[rid] = int(ver.target_next[0])
@@ -140,13 +131,7 @@ class Recording:
             nodes = {k: np.concatenate([p[k] for p in self.nodes]) for k in self.nodes[0]}
             self.positions, self.nodes = [pos], [nodes]  # merged once, reused by the next commit
             return pos, nodes
-        pos = {"request_id": np.zeros(0, np.int32), "pos": np.zeros(0, np.int32),
-               "context_len": np.zeros(0, np.int32), "n_nodes": np.zeros(0, np.int16)}
-        nodes = {k: np.zeros(0, np.float32 if "logprob" in k else np.int32) for k in NODE_KEYS}
-        nodes["experts"] = np.zeros((0, self.width), np.int16)
-        if self.gates:
-            nodes["gates"] = np.zeros((0, self.width), np.float32)
-        return pos, nodes
+        return empty_positions(), empty_nodes(self.width, self.gates)
 
     def commit(self, complete: bool = False) -> None:
         """Rewrite the whole trace atomically with every position recorded so far."""

@@ -1,4 +1,4 @@
-"""Settings declared once, turned into typer options: policy knobs (and config dataclass fields).
+"""Settings declared once, turned into typer options: the policy knobs of the registry.
 
 A command declares one parameter (say `knobs: dict`) and `with_options("knobs", ...)` replaces it,
 in the signature typer reads, by one `--flag` per option; the command receives their values as that
@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass
 from typing import Annotated, Any, get_type_hints
 
 import typer
@@ -46,14 +46,6 @@ def knob_options(knobs: Iterable[Knob], axis: bool = False, defaults: dict[str, 
         else:
             out.append(Opt(k.name, k.type, d, k.help, k.flag))
     return out
-
-
-def dataclass_options(cls: type) -> list[Opt]:
-    """One option per field of a dataclass whose metadata holds `help` (others are not options)."""
-    assert is_dataclass(cls)
-    hints = get_type_hints(cls)
-    return [Opt(f.name, hints[f.name], f.default, f.metadata["help"], f.metadata.get("flag", "--" + f.name.replace("_", "-")))
-            for f in fields(cls) if "help" in f.metadata]
 
 
 def with_options(into: str, options: Callable[[], list[Opt]]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

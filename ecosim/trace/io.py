@@ -36,7 +36,9 @@ from ecosim.trace.schema import (
     POSITIONS,
     PROVENANCES,
     VERSION,
+    empty_nodes,
     experts_type,
+    experts_width,
     gates_type,
     node_schema,
     position_schema,
@@ -152,7 +154,7 @@ def _check_schema(where: str, schema: pa.Schema, want: dict[str, pa.DataType]) -
 
 
 def _node_types(manifest: dict[str, Any], schema: pa.Schema) -> dict[str, pa.DataType]:
-    width = len(manifest["model"]["moe_layers"]) * manifest["model"]["top_k"]
+    width = experts_width(manifest["model"])
     want = dict(NODE_COLUMNS, experts=experts_type(width))
     if schema.get_all_field_indices("gates"):
         want["gates"] = gates_type(width)
@@ -192,7 +194,7 @@ def iter_node_batches(path: Path, manifest: dict[str, Any], batch_rows: int = RO
     pf = _parquet(path, NODES)
     want = _node_types(manifest, pf.schema_arrow)
     _check_schema(f"{path}/{NODES}", pf.schema_arrow, want)
-    width = len(manifest["model"]["moe_layers"]) * manifest["model"]["top_k"]
+    width = experts_width(manifest["model"])
     try:
         for batch in pf.iter_batches(batch_size=batch_rows, columns=list(want)):
             yield _to_numpy(batch, width, NODES)
@@ -263,15 +265,13 @@ def read_trace(path: str | Path, *, validate: bool = True) -> Trace:
     if filled < rows:
         raise TraceError(f"{path}/{POSITIONS}", f"n_nodes add up to {rows} rows but nodes.parquet has {filled}", column="n_nodes")
     if not nodes:
-        width = len(manifest["model"]["moe_layers"]) * manifest["model"]["top_k"]
-        nodes = {k: np.zeros(0, dtype=t.to_pandas_dtype()) for k, t in NODE_COLUMNS.items()}
-        nodes["experts"] = np.zeros((0, width), dtype=np.int16)
+        nodes = empty_nodes(experts_width(manifest["model"]))
     return Trace(path, manifest, positions, nodes)
 
 
 def row_bytes(manifest: dict[str, Any], gates: bool) -> int:
     """Bytes of one node row in memory: the scalar columns plus the expert (and gate) lists."""
-    width = len(manifest["model"]["moe_layers"]) * manifest["model"]["top_k"]
+    width = experts_width(manifest["model"])
     scalars = sum(t.byte_width for t in NODE_COLUMNS.values())
     return scalars + width * 2 + (width * 4 if gates else 0)
 
@@ -373,7 +373,7 @@ def _fixed_list(a: np.ndarray, dtype: Any, width: int) -> pa.FixedSizeListArray:
 
 
 def _tables(manifest: dict[str, Any], positions: dict[str, np.ndarray], nodes: dict[str, np.ndarray]) -> tuple[pa.Table, pa.Table]:
-    width = len(manifest["model"]["moe_layers"]) * manifest["model"]["top_k"]
+    width = experts_width(manifest["model"])
     pos_cols = [pa.array(np.asarray(positions[k], dtype=t.to_pandas_dtype())) for k, t in POSITION_COLUMNS.items()]
     node_cols = [pa.array(np.asarray(nodes[k], dtype=t.to_pandas_dtype())) for k, t in NODE_COLUMNS.items()]
     node_cols.append(_fixed_list(nodes["experts"], np.int16, width))

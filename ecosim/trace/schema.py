@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
 import pyarrow as pa
 
 FORMAT = "ecosim-trace"
@@ -59,6 +63,33 @@ MANIFEST_KEYS: dict[str, type | tuple[type, ...]] = {
     "requests": list,
     "recorded_on": dict,
 }
+
+
+def experts_width(model: Mapping[str, Any]) -> int:
+    """Experts per node row (a manifest's `model`): one list of top_k per MoE layer, layer-major."""
+    return len(model["moe_layers"]) * int(model["top_k"])
+
+
+def typed_nodes(columns: Mapping[str, Any], width: int) -> dict[str, np.ndarray]:
+    """Node columns as the schema's numpy dtypes; `experts` (and `gates`, if given) as (rows, width)."""
+    out = {k: np.asarray(columns[k], dtype=t.to_pandas_dtype()) for k, t in NODE_COLUMNS.items()}
+    out["experts"] = np.asarray(columns["experts"]).reshape(-1, width).astype(np.int16)
+    if "gates" in columns:
+        out["gates"] = np.asarray(columns["gates"]).reshape(-1, width).astype(np.float32)
+    return out
+
+
+def empty_nodes(width: int, with_gates: bool = False) -> dict[str, np.ndarray]:
+    """No node rows, every column present with its dtype."""
+    cols: dict[str, Any] = {k: [] for k in NODE_COLUMNS}
+    cols["experts"] = np.zeros((0, width))
+    if with_gates:
+        cols["gates"] = np.zeros((0, width))
+    return typed_nodes(cols, width)
+
+
+def empty_positions() -> dict[str, np.ndarray]:
+    return {k: np.zeros(0, dtype=t.to_pandas_dtype()) for k, t in POSITION_COLUMNS.items()}
 
 
 def experts_type(width: int) -> pa.DataType:
