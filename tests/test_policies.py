@@ -112,10 +112,12 @@ random_traces = st.builds(
 
 
 def _replay(params: dict) -> TraceReplay:
+    """A replay of a trace written to disk and read back (the whole trace is in memory after
+    read_trace, so the directory goes as soon as it is read: one per hypothesis example)."""
     import tempfile
 
-    d = tempfile.mkdtemp()
-    return TraceReplay(read_trace(write_trace(f"{d}/t", *tiny_trace(**params))))
+    with tempfile.TemporaryDirectory() as d:
+        return TraceReplay(read_trace(write_trace(f"{d}/t", *tiny_trace(**params))))
 
 
 @given(random_traces, st.integers(0, 24), st.floats(0, 3), st.sampled_from(["hbm", "ep:4", "offload:3"]))

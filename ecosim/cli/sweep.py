@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ecosim.cli import app, fail, wide_console
+from ecosim.cli import app, fail, interrupted, wide_console
 from ecosim.cli.adapter import knob_options, with_options
 from ecosim.outputs import SWEEP, check_output
 from ecosim.cli.options import BwEff, ComputeEff, CostMode, DraftTime, LinkBw, Overhead, PcieBw, Peak, cost_config
@@ -139,9 +139,8 @@ def sweep(
             outcome = run_sweep(grid, [str(p) for p in traces], out, executor, jobs or default_jobs(), ray_address,
                                 objective, min_tokens_per_step, on_plan=plan, on_done=done)
         except KeyboardInterrupt:
-            print(f"ecosim: interrupted; {committed} configurations committed to {out}/parts, rerun the same sweep to resume",
-                  file=sys.stderr)
-            raise typer.Exit(130) from None
+            interrupted("ecosim", f"interrupted; {committed} configurations committed to {out}/parts, rerun the same sweep "
+                                  "to resume")
     d = outcome.dir
     n_traces = len(outcome.winner["traces"])
     n_configs = len(outcome.configs) // n_traces  # outcome.configs holds one entry per (configuration, trace)
