@@ -35,6 +35,7 @@ import pytest
 from conftest import ROOT, assert_same_trace, hand_trace, tiny_trace
 from ecosim.cli import main as ecosim_main
 from ecosim.errors import EcoSimError
+from ecosim.sweep.runner import KILL_AFTER_PART
 from ecosim.trace import io as trace_io
 from ecosim.trace.io import check_trace, write_trace
 
@@ -177,40 +178,49 @@ def test_sweep_killed_50_times_then_resumed(tmp_path):
         want = pl.read_parquet(tmp_path / "ref" / "results.parquet")
         assert want.height == 120
 
+        # deterministic: each run dies right after committing its 1st or 2nd part (the runner's test
+        # hook), so every run adds parts until the grid is done, whatever the machine's speed
+        det = tmp_path / "det"
+        committed: set[str] = set()
+        det_kills = 0
+        for i in range(KILLS):
+            status, _, err, _ = zygote.run(argv(det), None, env={KILL_AFTER_PART: str(1 + i % 2)})
+            ids, results = _sweep_state(det)
+            assert ids >= committed, "a kill lost committed configurations"
+            if status == 0:
+                assert results is not None and results.equals(want)
+                break
+            assert status == -signal.SIGKILL and results is None, err
+            assert len(ids) > len(committed), "a run after a resume committed nothing"
+            det_kills += 1
+            committed = ids
+        assert det_kills >= 5, "the grid should take several runs of one or two parts"
+
+        # random: anywhere in a run (planning, tasks, commits, consolidating), or not at all on a
+        # fast machine: nothing is asserted about where they land, only what they leave
         out = tmp_path / "killed"
         rng = random.Random(20261210)
-        kills, after, runs, committed, finished_at, span = 0, 0, 0, set(), None, 0.6 * full
-        while kills < KILLS or after < 5:
-            # Kills at random moments of a whole run: first they cut the tasks (parts are committed
-            # as they finish; the window widens until a run gets through), then reruns only
-            # consolidate again, and the kills land in that (planning, reading parts, writing results).
-            status, landed, err, ran = zygote.run(argv(out), rng.uniform(0.0, span))
-            runs += 1
+        kills, committed = 0, set()
+        for _ in range(KILLS):
+            status, landed, err, _ = zygote.run(argv(out), rng.uniform(0.0, 0.6 * full))
             kills += landed
-            after += landed and finished_at is not None
             assert landed or status == 0, err
-            if not landed:
-                span = ran
-            elif finished_at is None:
-                span *= 1.03
             ids, results = _sweep_state(out)
             assert ids >= committed, "a kill lost committed configurations"
             committed = ids
             if results is not None:  # written only whole, and only for the complete grid
                 assert results.equals(want)
-                finished_at = finished_at or runs
-            assert runs < 6 * KILLS, "the kills rarely landed: the sweep is too quick for the delays"
         status, _, err, _ = zygote.run(argv(out), None)
         assert status == 0, err
     finally:
         zygote.close()
-    assert pl.read_parquet(out / "results.parquet").equals(want)  # identical to the uninterrupted sweep
-    assert finished_at is not None and 1 < finished_at < runs, "the kills should land both during and after the work"
-    assert kills >= KILLS and after >= 5
-    ids = [i for f in (out / "parts").glob("*.parquet") for i in pl.read_parquet(f)["config_id"].to_list()]
-    assert len(ids) == len(set(ids)) == 120  # no configuration computed twice and committed twice
-    assert not list((out / "parts").glob(".tmp-*"))
-    print(f"{KILLS} kills of ecosim sweep in {runs} runs (one uninterrupted run: {full:.2f} s); finished after run {finished_at}")
+    for d in (det, out):
+        assert pl.read_parquet(d / "results.parquet").equals(want)  # identical to the uninterrupted sweep
+        ids = [i for f in (d / "parts").glob("*.parquet") for i in pl.read_parquet(f)["config_id"].to_list()]
+        assert len(ids) == len(set(ids)) == 120  # no configuration computed twice and committed twice
+        assert not list((d / "parts").glob(".tmp-*"))
+    print(f"ecosim sweep: {det_kills} kills right after a part, then {kills} of {KILLS} random kills landed "
+          f"(one uninterrupted run: {full:.2f} s)")
 
 
 # ====================================================================================== tracer record
@@ -413,7 +423,7 @@ def test_full_disk_through_the_cli_is_one_line(tmp_path, monkeypatch, capsys):
     before = _snapshot(out)
     monkeypatch.setattr(pq, "write_table", _half_then_enospc(pq.write_table))
     capsys.readouterr()
-    assert ecosim_main(["synth", str(out), "--model", "olmoe-1b-7b", "--requests", "2", "--positions", "5"]) == 2
+    assert ecosim_main(["synth", str(out), "--model", "olmoe-1b-7b", "--requests", "2", "--positions", "5", "--force"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "No space left on device" in err[0] and err[0].startswith("ecosim: error: ")
     monkeypatch.undo()
