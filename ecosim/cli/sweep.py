@@ -60,7 +60,7 @@ def _winner_table(doc: dict[str, Any]) -> Table:
             t.add_row(_pricing(w), "(none meets the constraint)", "-", "-", "-", "-", "-", "-", "-", str(w["candidates"]))
             continue
         t.add_row(_pricing(w), _knobs(w["config"]), f"{p['tokens_per_step']:.3f}", f"{p['experts_per_step']:.1f}",
-                  f"{p['pcie_bytes_per_token'] / 1e9:.4g}", _ms(p["time_per_token_s"]), f"{p['tokens_per_s']:.4g}",
+                  f"{p['pcie_bytes_per_token'] / 1e9:.4g}", _ms(p["time_per_token_s"]), f"{p['tokens_per_s']:,.0f}",
                   f"{p['speedup_vs_ar']:.3f}x", f"{p['oracle_fraction']:.3f}", str(w["candidates"]))
     return t
 
