@@ -146,9 +146,17 @@ def test_local_pool_matches_in_process(swept, traces, tmp_path):
 
 
 @pytest.mark.slow
-def test_ray_executor_gives_the_same_results_file(swept, traces, tmp_path):
+def test_ray_executor_gives_the_same_results_file(swept, traces, tmp_path, monkeypatch):
     pytest.importorskip("ray")
-    code = main(["sweep", *map(str, traces), "--out", str(tmp_path / "ray"), "--executor", "ray", "--jobs", "2", *GRID])
+    import shutil
+    import tempfile
+
+    ray_tmp = tempfile.mkdtemp(prefix="ray")  # short (Ray's socket paths have a length limit), and removed: Ray
+    monkeypatch.setenv("RAY_TMPDIR", ray_tmp)  # leaves its session logs in $RAY_TMPDIR (default /tmp/ray)
+    try:
+        code = main(["sweep", *map(str, traces), "--out", str(tmp_path / "ray"), "--executor", "ray", "--jobs", "2", *GRID])
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert code == 0
     assert (tmp_path / "ray" / "results.parquet").read_bytes() == (swept / "results.parquet").read_bytes()
 
