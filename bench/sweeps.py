@@ -68,9 +68,10 @@ def run_executors(report: Report, quick: bool, jobs: int) -> None:
         for executor in ("local", "ray"):
             wall, _, summary = sweep(traces, grid, Path(tmp) / executor, executor, jobs)
             walls[executor] = wall
-            n = summary["configurations"]
+            n = summary["rows"]  # (configuration, trace) rows, as before the summary split the two counts
             report.add(b, f"{executor}.configs_per_min", n / wall * 60, "configs/min",
-                       note=f"{n} configurations over the 4 real traces, --jobs {jobs}, {wall:.1f} s wall")
+                       note=f"{n} (configuration, trace) rows: {summary['configurations']} configurations x "
+                            f"{summary['traces']} real traces, --jobs {jobs}, {wall:.1f} s wall")
         report.add(b, "ray_over_local", walls["local"] / walls["ray"], "x",
                    note="configurations per minute of Ray over local (Ray's start-up included)")
         report.add(b, "ray_equals_local", float(_same_rows(Path(tmp) / "local", Path(tmp) / "ray")), "", target="== 1",

@@ -9,7 +9,12 @@ A failing cell fails the build with the notebook's name and the error's last lin
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +47,25 @@ def notebooks(reports: Path = Path("reports"), only: tuple[str, ...] = ()) -> li
     return [found[n] for n in names if not only or n in only]
 
 
+@contextlib.contextmanager
+def _kernel_stderr_kept() -> Iterator[None]:
+    """Send file descriptor 2 to a temporary file while notebooks run.
+
+    The kernels papermill starts inherit it and log to it on a clean run ("Kernel is running over
+    TCP without encryption", "KeyboardInterrupt caught in kernel" at shutdown): noise, not
+    problems. A failing cell is reported from the notebook itself (EcoSimError below)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def build(cfg: ReportConfig, progress=None) -> list[Path]:
     """Execute the notebooks; returns the HTML files written."""
     if not cfg.traces.exists():
@@ -70,8 +94,9 @@ def build(cfg: ReportConfig, progress=None) -> list[Path]:
         raw = out / f"{src.stem}.ipynb"
         nbformat.write(nb, raw)
         try:
-            papermill.execute_notebook(str(raw), str(raw), parameters=params, kernel_name="python3",
-                                       cwd=str(cfg.reports.resolve().parent), progress_bar=False, log_output=False)
+            with _kernel_stderr_kept():
+                papermill.execute_notebook(str(raw), str(raw), parameters=params, kernel_name="python3",
+                                           cwd=str(cfg.reports.resolve().parent), progress_bar=False, log_output=False)
         except papermill.PapermillExecutionError as e:
             raise EcoSimError(f"{src.name}: cell {e.exec_count} failed: {e.ename}: {str(e.evalue).splitlines()[0][:300]}") from None
         html, _ = HTMLExporter().from_notebook_node(nbformat.read(raw, as_version=4))
@@ -79,6 +104,6 @@ def build(cfg: ReportConfig, progress=None) -> list[Path]:
         page.write_text(html, encoding="utf-8")
         written.append(page)
         if progress:
-            progress(src.stem)
+            progress(page)
     (out / "index.json").write_text(json.dumps([p.name for p in written], indent=1))
     return written

@@ -47,9 +47,11 @@ real = [t for t in load_traces(traces) if not t.synthetic]
 print(f"{len(real)} real traces:", ", ".join(f"{t.name} ({task_of(t)}, {t.model.name})" for t in real))
 
 # %%
-tmp = Path(tempfile.mkdtemp())
 shapes = ["deepseek-v3.1", "qwen3-235b-a22b", "gpt-oss-120b", "olmoe-1b-7b", "mixtral-8x7b"]
-synthetic = {s: read_trace(write_synthetic(tmp / s, get_model(s), SynthConfig(requests=2, positions=60, max_nodes=48, depth=7, seed=1))) for s in shapes}
+with tempfile.TemporaryDirectory() as tmp:  # read_trace keeps the whole trace in memory: the files can go
+    synthetic = {s: read_trace(write_synthetic(Path(tmp) / s, get_model(s),
+                                               SynthConfig(requests=2, positions=60, max_nodes=48, depth=7, seed=1)))
+                 for s in shapes}
 
 fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.8))
 for t in real:

@@ -39,8 +39,8 @@ def test_the_tree_shape_is_defined_once():
 
     assert (TREE.depth, TREE.topk, TREE.max_nodes) == (6, 4, 32)  # the committed traces' shape
     want = {"depth": TREE.depth, "topk": TREE.topk, "max_nodes": TREE.max_nodes}
-    synth = _defaults(app, "synth")
-    assert {k: synth[k] for k in want} == want
+    synth = _defaults(app, "synth")  # None: TREE's value, or the --draft's own tree (ecosim/cli/traces.py)
+    assert all(synth[k] in (None, v) for k, v in want.items())
     assert (SynthConfig().depth, SynthConfig().topk, SynthConfig().max_nodes) == tuple(want.values())
     if not HAS_TORCH:
         pytest.skip("tracer and validate need torch")

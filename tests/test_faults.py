@@ -35,6 +35,7 @@ import pytest
 from conftest import ROOT, assert_same_trace, hand_trace, tiny_trace
 from ecosim.cli import main as ecosim_main
 from ecosim.errors import EcoSimError
+from ecosim.sweep.runner import KILL_AFTER_PART
 from ecosim.trace import io as trace_io
 from ecosim.trace.io import check_trace, write_trace
 
@@ -67,6 +68,7 @@ for line in sys.stdin:
     pid = os.fork()
     if pid == 0:
         os.setsid()
+        os.environ.update(msg.get("env", {}))
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)
@@ -107,12 +109,13 @@ class Zygote:
         self.proc.stdin.flush()
         return json.loads(self._read())
 
-    def run(self, argv: list[str], kill_after: float | None, limit: float = 120.0) -> tuple[int, bool, str, float]:
-        """Run `argv` in a fresh fork; SIGKILL it after `kill_after` s if still running.
+    def run(self, argv: list[str], kill_after: float | None, limit: float = 120.0,
+            env: dict[str, str] | None = None) -> tuple[int, bool, str, float]:
+        """Run `argv` in a fresh fork (with `env` added); SIGKILL it after `kill_after` s if still running.
 
         Returns (exit status, whether the kill landed, stderr, seconds it ran)."""
         err = self.tmp / "child.err"
-        pid = self._send({"argv": argv, "stderr": str(err)})["pid"]
+        pid = self._send({"argv": argv, "stderr": str(err), "env": env or {}})["pid"]
         t0 = time.monotonic()
         deadline = t0 + (kill_after if kill_after is not None else limit)
         killed = False
@@ -175,40 +178,49 @@ def test_sweep_killed_50_times_then_resumed(tmp_path):
         want = pl.read_parquet(tmp_path / "ref" / "results.parquet")
         assert want.height == 120
 
+        # deterministic: each run dies right after committing its 1st or 2nd part (the runner's test
+        # hook), so every run adds parts until the grid is done, whatever the machine's speed
+        det = tmp_path / "det"
+        committed: set[str] = set()
+        det_kills = 0
+        for i in range(KILLS):
+            status, _, err, _ = zygote.run(argv(det), None, env={KILL_AFTER_PART: str(1 + i % 2)})
+            ids, results = _sweep_state(det)
+            assert ids >= committed, "a kill lost committed configurations"
+            if status == 0:
+                assert results is not None and results.equals(want)
+                break
+            assert status == -signal.SIGKILL and results is None, err
+            assert len(ids) > len(committed), "a run after a resume committed nothing"
+            det_kills += 1
+            committed = ids
+        assert det_kills >= 5, "the grid should take several runs of one or two parts"
+
+        # random: anywhere in a run (planning, tasks, commits, consolidating), or not at all on a
+        # fast machine: nothing is asserted about where they land, only what they leave
         out = tmp_path / "killed"
         rng = random.Random(20261210)
-        kills, after, runs, committed, finished_at, span = 0, 0, 0, set(), None, 0.6 * full
-        while kills < KILLS or after < 5:
-            # Kills at random moments of a whole run: first they cut the tasks (parts are committed
-            # as they finish; the window widens until a run gets through), then reruns only
-            # consolidate again, and the kills land in that (planning, reading parts, writing results).
-            status, landed, err, ran = zygote.run(argv(out), rng.uniform(0.0, span))
-            runs += 1
+        kills, committed = 0, set()
+        for _ in range(KILLS):
+            status, landed, err, _ = zygote.run(argv(out), rng.uniform(0.0, 0.6 * full))
             kills += landed
-            after += landed and finished_at is not None
             assert landed or status == 0, err
-            if not landed:
-                span = ran
-            elif finished_at is None:
-                span *= 1.03
             ids, results = _sweep_state(out)
             assert ids >= committed, "a kill lost committed configurations"
             committed = ids
             if results is not None:  # written only whole, and only for the complete grid
                 assert results.equals(want)
-                finished_at = finished_at or runs
-            assert runs < 6 * KILLS, "the kills rarely landed: the sweep is too quick for the delays"
         status, _, err, _ = zygote.run(argv(out), None)
         assert status == 0, err
     finally:
         zygote.close()
-    assert pl.read_parquet(out / "results.parquet").equals(want)  # identical to the uninterrupted sweep
-    assert finished_at is not None and 1 < finished_at < runs, "the kills should land both during and after the work"
-    assert kills >= KILLS and after >= 5
-    ids = [i for f in (out / "parts").glob("*.parquet") for i in pl.read_parquet(f)["config_id"].to_list()]
-    assert len(ids) == len(set(ids)) == 120  # no configuration computed twice and committed twice
-    assert not list((out / "parts").glob(".tmp-*"))
-    print(f"{KILLS} kills of ecosim sweep in {runs} runs (one uninterrupted run: {full:.2f} s); finished after run {finished_at}")
+    for d in (det, out):
+        assert pl.read_parquet(d / "results.parquet").equals(want)  # identical to the uninterrupted sweep
+        ids = [i for f in (d / "parts").glob("*.parquet") for i in pl.read_parquet(f)["config_id"].to_list()]
+        assert len(ids) == len(set(ids)) == 120  # no configuration computed twice and committed twice
+        assert not list((d / "parts").glob(".tmp-*"))
+    print(f"ecosim sweep: {det_kills} kills right after a part, then {kills} of {KILLS} random kills landed "
+          f"(one uninterrupted run: {full:.2f} s)")
 
 
 # ====================================================================================== tracer record
@@ -222,10 +234,26 @@ PROMPTS = [
 ]
 
 
+def _check_kept(out: Path, before: dict[int, int]) -> tuple[dict[int, int], bool]:
+    """After a kill: a whole trace or none; no committed position lost. Returns (positions, complete)."""
+    if not out.exists():  # killed before the first commit: absent, nothing to lose
+        assert not before
+        return before, False
+    m = check_trace(out)  # whatever the moment of the kill, what is there is a whole trace
+    now = {r["request_id"]: r["positions"] for r in m["requests"]}
+    assert all(now[r] >= n for r, n in before.items()), "a kill lost committed positions"
+    return now, bool(m["recorded_on"]["complete"])
+
+
 @pytest.mark.slow
 def test_tracer_record_killed_50_times_then_resumed(tmp_path):
+    """Kills at deterministic points (the recorder SIGKILLs itself right after its N-th commit,
+    through the TRACER_TEST_KILL_AFTER_COMMIT hook), which do not depend on the machine's speed,
+    then random kills (which may land anywhere, including mid-write, or not at all on a fast
+    machine: nothing is asserted about where they land)."""
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
         pytest.skip("tracer needs torch and transformers")
+    from tracer.record import KILL_AFTER_COMMIT
     from tracer.tiny import write_tiny
 
     model = write_tiny("qwen3_moe", tmp_path / "tiny")
@@ -238,37 +266,85 @@ def test_tracer_record_killed_50_times_then_resumed(tmp_path):
         t0 = time.monotonic()
         status, _, err, full = zygote.run(argv(tmp_path / "ref"), None)
         assert status == 0, err
+
+        # deterministic: each run resumes, commits once on start (nothing new), records a chunk or
+        # two, and dies right after commit 2 or 3: every run adds positions until the trace is complete
+        det = tmp_path / "det"
+        before: dict[int, int] = {}
+        det_kills, partial = 0, 0
+        for i in range(KILLS):
+            status, _, err, _ = zygote.run(argv(det), None, env={KILL_AFTER_COMMIT: str(2 + i % 2)})
+            now, complete = _check_kept(det, before)
+            if status == 0:
+                assert complete
+                break
+            assert status == -signal.SIGKILL, err
+            det_kills += 1
+            if complete:  # killed right after the commit that marked it complete
+                break
+            assert sum(now.values()) > sum(before.values()), "a run after a resume made no progress"
+            partial += 1
+            before = now
+        assert det_kills >= 5 and partial >= 5, "the kills should land while recording, after some commits"
+        status, _, err, _ = zygote.run(argv(det), None)
+        assert status == 0, err
+
+        # random: anywhere in the run, including during a commit
         out = tmp_path / "killed"
         rng = random.Random(1210)
-        kills, runs, before, complete_at, partial = 0, 0, {}, None, 0
-        while kills < KILLS:
+        before, kills = {}, 0
+        for _ in range(KILLS):
             status, landed, err, _ = zygote.run(argv(out), rng.uniform(0.0, full * 0.5))
-            runs += 1
             kills += landed
             assert landed or status == 0, err
-            if not out.exists():  # killed before the first commit: absent, nothing to lose
-                assert not before
-                continue
-            m = check_trace(out)  # whatever the moment of the kill, what is there is a whole trace
-            now = {r["request_id"]: r["positions"] for r in m["requests"]}
-            assert all(now[r] >= n for r, n in before.items()), "a kill lost committed positions"
-            before = now
-            partial += landed and not m["recorded_on"]["complete"] and sum(now.values()) > 0
-            if m["recorded_on"]["complete"] and complete_at is None:
-                complete_at = runs
-            assert runs < 4 * KILLS
+            before, _ = _check_kept(out, before)
         status, _, err, _ = zygote.run(argv(out), None)
         assert status == 0, err
         seconds = time.monotonic() - t0
     finally:
         zygote.close()
+    for d in (det, out):
+        assert check_trace(d)["recorded_on"]["complete"] is True
+        assert_same_trace(d, tmp_path / "ref")  # the resumed trace equals the uninterrupted recording
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name], "a temporary was left behind"
+    print(f"tracer record: {det_kills} kills right after a commit ({partial} left a partial trace), then {kills} of "
+          f"{KILLS} random kills landed; {seconds:.1f} s (one uninterrupted run: {full:.2f} s)")
+
+
+@pytest.mark.slow
+def test_tracer_record_ctrl_c_says_what_was_committed_and_exits_130(tmp_path):
+    """SIGINT right after the second commit (the recorder's test hook): exit 130, one line saying
+    how many positions are on disk and the command that resumes; that command finishes the trace."""
+    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None:
+        pytest.skip("tracer needs torch and transformers")
+    from tracer.record import KILL_AFTER_COMMIT
+    from tracer.tiny import write_tiny
+
+    model = write_tiny("qwen3_moe", tmp_path / "tiny")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(x) + "\n" for x in PROMPTS))
+    out = tmp_path / "t"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               OMP_NUM_THREADS="1", **{KILL_AFTER_COMMIT: "2:SIGINT"})
+    cmd = [sys.executable, "-m", "tracer.cli", "record", "--model", str(model), "--prompts", str(prompts),
+           "--out", str(out), *TRACER_OPTS]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 130, r.stderr
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1, err
+    m = check_trace(out)
+    committed = sum(q["positions"] for q in m["requests"])
+    assert 0 < committed < 30 and not m["recorded_on"]["complete"]
+    assert err[0].startswith(f"tracer: interrupted; {committed} of 30 positions committed to {out}"), err[0]
+    again = err[0].split("to continue: ", 1)[1]
+    assert again.endswith("--resume")
+    del env[KILL_AFTER_COMMIT]
+    import shlex
+
+    r = subprocess.run([sys.executable, "-m", "tracer.cli", *shlex.split(again)[1:]], env=env, capture_output=True,
+                       text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
     assert check_trace(out)["recorded_on"]["complete"] is True
-    assert_same_trace(out, tmp_path / "ref")  # the resumed trace equals the uninterrupted recording
-    assert partial >= 5, "the kills should land while recording, after some commits"
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".killed.tmp-")], "a temporary was left behind"
-    print(f"{KILLS} kills of tracer record in {runs} runs, {seconds:.1f} s (one uninterrupted run: {full:.2f} s); "
-          f"{partial} left a partial trace; {sum(before.values())} of {3 * 10} positions committed before the last "
-          f"resume, complete after run {complete_at}")
 
 
 # ====================================================================================== full disk
@@ -347,7 +423,7 @@ def test_full_disk_through_the_cli_is_one_line(tmp_path, monkeypatch, capsys):
     before = _snapshot(out)
     monkeypatch.setattr(pq, "write_table", _half_then_enospc(pq.write_table))
     capsys.readouterr()
-    assert ecosim_main(["synth", str(out), "--model", "olmoe-1b-7b", "--requests", "2", "--positions", "5"]) == 2
+    assert ecosim_main(["synth", str(out), "--model", "olmoe-1b-7b", "--requests", "2", "--positions", "5", "--force"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "No space left on device" in err[0] and err[0].startswith("ecosim: error: ")
     monkeypatch.undo()

@@ -112,10 +112,12 @@ random_traces = st.builds(
 
 
 def _replay(params: dict) -> TraceReplay:
+    """A replay of a trace written to disk and read back (the whole trace is in memory after
+    read_trace, so the directory goes as soon as it is read: one per hypothesis example)."""
     import tempfile
 
-    d = tempfile.mkdtemp()
-    return TraceReplay(read_trace(write_trace(f"{d}/t", *tiny_trace(**params))))
+    with tempfile.TemporaryDirectory() as d:
+        return TraceReplay(read_trace(write_trace(f"{d}/t", *tiny_trace(**params))))
 
 
 @given(random_traces, st.integers(0, 24), st.floats(0, 3), st.sampled_from(["hbm", "ep:4", "offload:3"]))
@@ -190,8 +192,50 @@ def test_batching_requests_shares_expert_reads(write):
     together = des_run(replay, spec, cost, DesConfig("together", max_batch=4))
     assert together.row.tokens == alone.row.tokens
     assert together.row.steps == alone.row.steps  # steps are counted per request (metrics.py)
-    assert together.forwards < alone.forwards  # but batched requests share forwards
+    assert together.forwards < alone.forwards == alone.row.steps
     assert together.row.time_s < alone.row.time_s
+
+
+def test_ar_yields_one_token_per_step_however_it_is_batched(write):
+    """A batched run of `ar` once showed 1.349 tokens/step (steps were counted per forward)."""
+    replay = TraceReplay(read_trace(write(tiny_trace(5, requests=4))))
+    cost = cost_model(replay.trace, get_device("h200"), parse_placement("hbm"), CostConfig())
+    for cfg in (DesConfig(), DesConfig("together", max_batch=4), DesConfig("poisson:1000", max_batch=3)):
+        r = des_run(replay, PolicySpec("ar"), cost, cfg)
+        assert r.row.tokens_per_step == 1.0 and r.row.steps == r.row.tokens
+
+
+def test_serving_metrics_of_the_event_engine(write):
+    replay = TraceReplay(read_trace(write(tiny_trace(8, requests=3, positions=12))))
+    cost = cost_model(replay.trace, get_device("h200"), parse_placement("hbm"), CostConfig())
+    spec = PolicySpec("confidence", 6)
+    steps = replay.steps(spec)
+    r = des_run(replay, spec, cost, DesConfig("together", max_batch=3))
+    s = r.serving()
+    first_tokens = sum(int(steps.tokens[np.flatnonzero(steps.request == q)[0]]) for q in np.unique(steps.request))
+    assert len(r.inter_token_s) == r.row.tokens - first_tokens  # one sample per token after a request's first step
+    for key in ("inter_token_latency_s", "first_step_latency_s", "request_latency_s"):
+        p = s[key]
+        assert 0 < p["p50"] <= p["p90"] <= p["p99"]
+    assert s["throughput_tokens_per_s"] == pytest.approx(r.row.tokens / r.makespan_s)
+    assert s["throughput_requests_per_s"] == pytest.approx(3 / r.makespan_s)
+    assert s["ttft_s"].startswith("not modelled")
+    # one request at a time, one forward per step: each token's ITL is its step's time over its tokens
+    alone = des_run(replay, PolicySpec("ar"), cost, DesConfig())
+    assert alone.forwards == alone.row.steps
+    assert sum(alone.inter_token_s) + sum(alone.first_step_s) == pytest.approx(alone.row.time_s, rel=1e-12)
+
+
+def test_budget_zero_is_ar_exactly(write):
+    """Nothing drafted, nothing charged: confidence and ecospec at budget 0 cost what ar costs."""
+    replay = TraceReplay(read_trace(write(tiny_trace(9, requests=2))))
+    for placement in ("hbm", "offload:3", "ep:2"):
+        cost = cost_model(replay.trace, get_device("h200"), parse_placement(placement), CostConfig())
+        ar = replay.run(PolicySpec("ar"), cost)
+        for spec in (PolicySpec("confidence", 0), PolicySpec("ecospec", 0, 0.5, "oracle")):
+            row = replay.run(spec, cost)
+            assert (row.time_s, row.steps, row.tokens, row.expert_loads) == (ar.time_s, ar.steps, ar.tokens, ar.expert_loads)
+            assert des_run(replay, spec, cost).row.time_s == des_run(replay, PolicySpec("ar"), cost).row.time_s
 
 
 def test_prefetch_overlaps_copies_with_compute(write):

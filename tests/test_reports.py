@@ -14,7 +14,6 @@ pytest.importorskip("papermill")
 
 from ecosim.report import ORDER, ReportConfig, build, notebooks  # noqa: E402
 
-BUILD = ROOT / "reports" / "_build"  # CI keeps this folder as its artefact
 
 
 def test_every_notebook_is_known_and_in_order():
@@ -24,13 +23,28 @@ def test_every_notebook_is_known_and_in_order():
 
 
 @pytest.mark.slow
-def test_build_all_notebooks_on_the_committed_traces():
-    pages = build(ReportConfig(traces=ROOT / "traces", reports=ROOT / "reports", out=BUILD))
+def test_build_all_notebooks_on_the_committed_traces(tmp_path):
+    build_dir = tmp_path / "_build"  # never into the checkout (`ecosim report` builds reports/_build for a person)
+    pages = build(ReportConfig(traces=ROOT / "traces", reports=ROOT / "reports", out=build_dir))
     assert [p.stem for p in pages] == [p.stem for p in notebooks(ROOT / "reports")]
     for page in pages:
         html = page.read_text()
         images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
         assert images, f"{page.name} has no figure"
         assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
-        assert list((BUILD / page.stem).glob("*.png")), f"{page.stem}: no PNG saved"
+        assert list((build_dir / page.stem).glob("*.png")), f"{page.stem}: no PNG saved"
         assert "Traceback (most recent call last)" not in html
+
+
+@pytest.mark.slow
+def test_a_clean_build_prints_one_line_per_notebook_and_nothing_alarming(tmp_path):
+    """No kernel log (TCP-encryption warning, "KeyboardInterrupt caught in kernel") on a clean build."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "ecosim.cli", "report", "--only", "expert_scattering", "--out", str(out)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=900)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    assert r.stdout.splitlines() == [f"built {out.resolve() / 'expert_scattering.html'}", f"1 reports in {out}"]

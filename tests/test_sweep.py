@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 
 from conftest import ROOT, tiny_trace
+from ecosim.sweep.runner import KILL_AFTER_PART
 from ecosim.cli import main
 from ecosim.errors import EcoSimError
 from ecosim.metrics import Row
@@ -112,17 +113,11 @@ def _frame(d: Path) -> pl.DataFrame:
 def test_killed_sweep_resumes_without_loss_or_duplicates(swept, traces, tmp_path):
     out = tmp_path / "killed"
     args = [sys.executable, "-m", "ecosim.cli", "sweep", *map(str, traces), "--out", str(out), "--jobs", "1", *GRID]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.monotonic() + 120
-    try:
-        while len(_parts(out)) < 3:
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert not (out / "results.parquet").exists(), "the sweep finished before the kill: grid too small to test"
+    # killed right after its third part (the runner's test hook): a point that does not depend on speed
+    env = dict(os.environ, **{KILL_AFTER_PART: "3"})
+    proc = subprocess.run(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()
+    assert len(_parts(out)) == 3 and not (out / "results.parquet").exists()
     before = len(_parts(out))
     r = subprocess.run([*args, "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
@@ -151,9 +146,17 @@ def test_local_pool_matches_in_process(swept, traces, tmp_path):
 
 
 @pytest.mark.slow
-def test_ray_executor_gives_the_same_results_file(swept, traces, tmp_path):
+def test_ray_executor_gives_the_same_results_file(swept, traces, tmp_path, monkeypatch):
     pytest.importorskip("ray")
-    code = main(["sweep", *map(str, traces), "--out", str(tmp_path / "ray"), "--executor", "ray", "--jobs", "2", *GRID])
+    import shutil
+    import tempfile
+
+    ray_tmp = tempfile.mkdtemp(prefix="ray")  # short (Ray's socket paths have a length limit), and removed: Ray
+    monkeypatch.setenv("RAY_TMPDIR", ray_tmp)  # leaves its session logs in $RAY_TMPDIR (default /tmp/ray)
+    try:
+        code = main(["sweep", *map(str, traces), "--out", str(tmp_path / "ray"), "--executor", "ray", "--jobs", "2", *GRID])
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert code == 0
     assert (tmp_path / "ray" / "results.parquet").read_bytes() == (swept / "results.parquet").read_bytes()
 

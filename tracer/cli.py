@@ -14,7 +14,8 @@ from typing import Annotated
 
 import typer
 
-from ecosim.cli import make_app, run
+from ecosim.cli import interrupted, make_app, run
+from ecosim.errors import Interrupted
 from ecosim.tree_config import TREE, TreeShape
 
 _ARGV: list[str] = []  # the arguments being run, for the manifest's recorded_on.command
@@ -67,7 +68,10 @@ def record(
         stop_at_eos=stop_at_eos, gates=gates, max_prompts=max_prompts, resume=resume, force=force, threads=threads,
         progress=not quiet, command=shlex.join(["tracer", *_ARGV]),
     )
-    path = run_record(cfg)
+    try:
+        path = run_record(cfg)
+    except Interrupted as e:  # says what was committed and the command that resumes
+        interrupted("tracer", str(e))
     print(f"wrote {path}", file=sys.stderr)
 
 

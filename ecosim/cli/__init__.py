@@ -9,11 +9,12 @@ readable at 80 columns) and one way to report errors and interrupts.
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 import typer
 from rich.console import Console
 
-from ecosim.errors import EcoSimError, Interrupted
+from ecosim.errors import EcoSimError
 
 try:  # typer >= 0.20 vendors its own copy of click; its exceptions are the ones raised
     from typer._click import exceptions as click
@@ -43,6 +44,15 @@ def wide_console() -> Console:
 def fail(message: str) -> None:
     """Report a user error the one way the CLI does."""
     raise EcoSimError(message)
+
+
+def interrupted(prog: str, message: str) -> NoReturn:
+    """Ctrl-C during long work: one line saying what was kept and how to resume, exit status 130.
+
+    Called inside the command: typer turns a KeyboardInterrupt into exit status 130 on its own,
+    before `run` could say anything."""
+    _say(prog, message)
+    raise typer.Exit(130)
 
 
 def _say(prog: str, text: str) -> None:
@@ -75,9 +85,6 @@ def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
     except click.ClickException as e:
         _say(prog, f"error: {e.format_message()}")
         return 2
-    except Interrupted as e:
-        _say(prog, str(e))
-        return 130
     except (typer.Abort, KeyboardInterrupt):
         _say(prog, "interrupted")
         return 130

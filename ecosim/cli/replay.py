@@ -46,7 +46,10 @@ def used_text(used: dict[str, object], draft: dict[str, float]) -> str:
         parts.append(f"overlap {used['overlap']}")
     if "link_latency_s" in used:
         parts.append(f"link latency {float(used['link_latency_s']) * 1e6:.4g} us")  # type: ignore[arg-type]
-    parts.append("draft " + ", ".join(f"{v * 1e3:.4g} ms/step ({k})" for k, v in draft.items()))
+    if len(set(draft.values())) == 1:  # the same draft model and tree depth in every trace
+        parts.append(f"draft {next(iter(draft.values())) * 1e3:.4g} ms/step")
+    else:
+        parts.append("draft " + ", ".join(f"{v * 1e3:.4g} ms/step ({k})" for k, v in draft.items()))
     return "used: " + "; ".join(parts)
 
 
@@ -67,7 +70,7 @@ def _table(results: list[PolicyResult], title: str) -> Table:
             t.add_row(
                 name if j == 0 else "", kind if j == 0 else "", res.spec.label(),
                 f"{row.tokens_per_step:.3f}", f"{row.experts_per_step:.1f}",
-                f"{row.expert_bytes_per_token / 1e9:.4g}", f"{row.time_per_token_s * 1e3:.4g}", f"{row.tokens_per_s:.4g}",
+                f"{row.expert_bytes_per_token / 1e9:.4g}", f"{row.time_per_token_s * 1e3:.4g}", f"{row.tokens_per_s:,.0f}",
                 f"{row.speedup_vs_ar:.3f}x" if row.speedup_vs_ar else "-",
                 f"{row.oracle_fraction:.3f}" if row.oracle_fraction else "-",
                 end_section=j == len(results) - 1,

@@ -21,5 +21,5 @@ def report(
 ) -> None:
     """Execute every notebook in reports/ (jupytext sources) with a real kernel; write HTML + PNGs."""
     pages = build(ReportConfig(traces=traces, out=out, validation=validation, only=tuple(only or ()), reports=reports),
-                  progress=lambda name: print(f"built {name}"))
+                  progress=lambda page: print(f"built {page}", flush=True))
     print(f"{len(pages)} reports in {out}")

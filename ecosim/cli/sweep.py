@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ecosim.cli import app, fail, wide_console
+from ecosim.cli import app, fail, interrupted, wide_console
 from ecosim.cli.adapter import knob_options, with_options
 from ecosim.outputs import SWEEP, check_output
 from ecosim.cli.options import BwEff, ComputeEff, CostMode, DraftTime, LinkBw, Overhead, PcieBw, Peak, cost_config
@@ -60,7 +60,7 @@ def _winner_table(doc: dict[str, Any]) -> Table:
             t.add_row(_pricing(w), "(none meets the constraint)", "-", "-", "-", "-", "-", "-", "-", str(w["candidates"]))
             continue
         t.add_row(_pricing(w), _knobs(w["config"]), f"{p['tokens_per_step']:.3f}", f"{p['experts_per_step']:.1f}",
-                  f"{p['pcie_bytes_per_token'] / 1e9:.4g}", _ms(p["time_per_token_s"]), f"{p['tokens_per_s']:.4g}",
+                  f"{p['pcie_bytes_per_token'] / 1e9:.4g}", _ms(p["time_per_token_s"]), f"{p['tokens_per_s']:,.0f}",
                   f"{p['speedup_vs_ar']:.3f}x", f"{p['oracle_fraction']:.3f}", str(w["candidates"]))
     return t
 
@@ -139,9 +139,8 @@ def sweep(
             outcome = run_sweep(grid, [str(p) for p in traces], out, executor, jobs or default_jobs(), ray_address,
                                 objective, min_tokens_per_step, on_plan=plan, on_done=done)
         except KeyboardInterrupt:
-            print(f"ecosim: interrupted; {committed} configurations committed to {out}/parts, rerun the same sweep to resume",
-                  file=sys.stderr)
-            raise typer.Exit(130) from None
+            interrupted("ecosim", f"interrupted; {committed} configurations committed to {out}/parts, rerun the same sweep "
+                                  "to resume")
     d = outcome.dir
     n_traces = len(outcome.winner["traces"])
     n_configs = len(outcome.configs) // n_traces  # outcome.configs holds one entry per (configuration, trace)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,9 @@ from ecosim.trace.io import find_traces
 from ecosim.trace.schema import MANIFEST
 
 WINNER = "winner.json"
+# Test hook (tests/test_sweep.py, tests/test_faults.py): "N" sends this process SIGKILL right after
+# it commits its N-th part, a point that does not depend on the machine's speed. Unset in normal use.
+KILL_AFTER_PART = "ECOSIM_TEST_KILL_AFTER_PART"
 
 
 @dataclass
@@ -89,11 +94,13 @@ def run_sweep(
         on_plan(len(configs), len(configs) - len(todo))
     by_id = {c.id: c for c in todo}
     bw = {p: grid.settings.device(p).hbm_bw for p in pricings}
-    for task, rows in run_tasks(tasks, executor, jobs, ray_address):
+    for n, (task, rows) in enumerate(run_tasks(tasks, executor, jobs, ray_address), 1):
         records = [{**config_record(by_id[cid], bw[by_id[cid].pricing]), **raw} for cid, raw in rows]
         d.write_part(records)
         if on_done:
             on_done(len(records))
+        if os.environ.get(KILL_AFTER_PART) == str(n):
+            os.kill(os.getpid(), signal.SIGKILL)
     results = d.consolidate(configs)
     winner = choose(results, meta, objective, min_tokens_per_step)
     atomic_write_text(json.dumps(winner, indent=1) + "\n", d.path / WINNER)
