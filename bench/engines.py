@@ -17,7 +17,7 @@ from bench.common import Report, synthetic
 from ecosim.catalog import get_device
 from ecosim.cost import CostConfig
 from ecosim.des import des_run
-from ecosim.placement import Placement
+from ecosim.placements import Hbm
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
@@ -27,7 +27,7 @@ from ecosim.trace.io import read_trace
 def run(report: Report, cache: Path, quick: bool) -> None:
     positions = 60 if quick else 400
     trace = read_trace(synthetic(cache, "qwen3-30b-a3b", 2, positions, max_nodes=32))
-    cost = cost_model(trace, get_device("h200"), Placement(), CostConfig())
+    cost = cost_model(trace, get_device("h200"), Hbm(), CostConfig())
     fast_s = des_s = worst = 0.0
     steps = 0
     for spec in (PolicySpec("ar"), PolicySpec("confidence", 16), PolicySpec("ecospec", 16, 0.5, "oracle")):

@@ -30,7 +30,7 @@ def run(report: Report, trace: Path) -> None:
     disk = disk_bytes(trace)
     per_row = row_bytes(manifest, gates=False)
     rows = pq.read_metadata(trace / "nodes.parquet").num_rows
-    base = ["replay", str(trace), "--policy", "confidence", "--json"]
+    base = ["replay", str(trace), "--policy", "confidence", "--placement", "ep:8", "--json"]  # a placement DeepSeek-V3.1 fits
     whole, a = peak_rss(base)
     budget = 2 * rows / requests * per_row * WORKING_SET
     pieces, b = peak_rss(base + ["--max-memory", f"{budget / 1e6:.0f}MB"])

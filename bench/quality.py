@@ -33,7 +33,7 @@ from pathlib import Path
 from bench.common import ROOT, SHAPES, Report, synthetic
 from ecosim.catalog.devices import get_device
 from ecosim.cost import CostConfig
-from ecosim.placement import parse_placement
+from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec
 from ecosim.policies.ecospec_auto import values
 from ecosim.replay import TraceReplay

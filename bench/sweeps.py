@@ -30,9 +30,9 @@ REAL = ["--lambda", "0:0.5:0.1", "--budget", "8,16,32", "--predictor", "oracle",
         "--placement", "hbm,ep:4,offload:8"]
 REAL_QUICK = ["--lambda", "0,0.2", "--budget", "8", "--predictor", "oracle", "--hardware", "h200", "--placement", "hbm,offload:8"]
 GRID1000 = ["--lambda", "0:1.96:0.04", "--budget", "8,16,32,60", "--predictor", "oracle", "--hardware", "h200",
-            "--placement", "hbm,ep:4,ep:8,ep:16,offload:64"]
+            "--placement", "tp:8,ep:8,ep:16,tp:4+ep:2,offload:32"]  # placements DeepSeek-V3.1 fits on H200s
 GRID1000_QUICK = ["--lambda", "0:0.3:0.1", "--budget", "8,16", "--predictor", "oracle", "--hardware", "h200",
-                  "--placement", "hbm,offload:64"]
+                  "--placement", "ep:8,offload:32"]
 
 
 def sweep(traces: list[str], grid: list[str], out: Path, executor: str, jobs: int) -> tuple[float, float, dict[str, Any]]:

@@ -25,7 +25,7 @@ from ecosim.catalog.devices import get_device
 from ecosim.cost import CostConfig
 from ecosim.errors import EcoSimError
 from ecosim.metrics import Row
-from ecosim.placement import parse_placement
+from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec, registry
 from ecosim.replay import TraceReplay
 from ecosim.simulate import compare

@@ -1,61 +1,117 @@
 """The step cost model: one verification forward of the selected subtree -> seconds.
 
-Per MoE layer (batch 1 or a batch of requests, verified together):
+A batch-1 step verifying n tokens after a context of c tokens, on D devices of a placement, costs
 
-    t_layer = max(union_bytes / (bw * bw_eff), routed_flops / (peak * compute_eff))
-            [+ misses * expert_bytes / pcie_bw            under offload, before the layer runs]
-            [+ 2 * all-to-all of the tokens' activations   under ep:N, max over devices for the rest]
+    t_step = T_step + K * tau_k                                              fixed: step, kernels
+           + sum_layers [ A_l (tau_c + 2 (D-1)/D * n h a / B_link)                all-reduces
+                        + X_l (tau_c + (G-1)/G * n k h a / B_link) ]             all-to-alls
+           + sum_moe_layers max_g comb( u_lg f e / (beta B),  2 n k P_e / (D pi eta(m_l)) )
+           + comb( W_dense / D / (beta B),  2 n P_dense / (D pi eta_0) )
+           + (c + n) kappa / D / (beta B)                                           attention (KV)
+           [+ misses_l e / B_pcie  before layer l                             offload:CAP]
+           [+ depth (K_d tau_k + W_d / D / (beta B)) + T_draft        speculative steps (drafts.py)]
 
-and per step
+with the model's shape (catalog/models.py): K kernels on the layers' critical paths (kernels_per_step),
+e bytes per routed expert, P_e its parameters, k = top_k, h hidden size, kappa KV bytes per
+token, W_dense / P_dense the dense bytes / parameters, a = 2 bytes per activation (BF16);
+the placement (placements/): u_lg distinct experts of layer l's union read by expert group g, f
+the fraction of an expert a device reads (1/tp), G expert groups, A_l / X_l all-reduces /
+all-to-alls of layer l; the device (catalog/devices.py): B HBM bandwidth, pi dense peak
+(FP8 where weights are <= 1 byte), B_link, B_pcie; and the serving profile (catalog/serving.py):
+T_step, tau_k, tau_c, beta, eta_0 and the grouped-GEMM efficiency
 
-    t_step = sum(t_layer) + max(dense_bytes / bw_eff, dense_flops / peak_eff)
-           + kv_bytes(context) / bw_eff + step_overhead + draft_time
+    eta(m) = eta_0 * min(1, m / tile_rows),   m = n k / U_l  tokens per expert of the layer
+
+(a tile of `tile_rows` rows is computed whatever the tokens in it; tile_rows 0: no quantisation).
+comb = max (memory and compute overlap: GPUs) or + (CPUs: `validate calibrate` fits both).
 
 `--cost experts-only` keeps only the routed experts' bytes at the raw bandwidth:
-t_step = sum over layers of union * expert_bytes / bw (no compute, dense, attention, overhead or
-draft time), so a number can be checked by hand. Nothing here knows about time ordering; the
-engines decide which steps happen and in what state (see replay.py and des.py).
+t_step = sum over layers of max_g u_lg f e / B (no compute, dense, attention, fixed terms,
+collectives or draft time), so a number can be checked by hand. Nothing here knows about time
+ordering; the engines decide which steps happen and in what state (see replay.py and des.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
 
 from ecosim.catalog.devices import Device
+from ecosim.catalog.drafts import DraftCost
 from ecosim.catalog.models import ModelShape
-from ecosim.placement import Placement
+from ecosim.catalog.serving import DEFAULT_SERVING, MEASURED, ServingProfile, load_serving
+from ecosim.placements import Hbm, Placement
 
-ACT_BYTES = 2  # BF16 activations crossing the link under expert parallelism
+ACT_BYTES = 2  # BF16 activations crossing the link
 
 
 @dataclass(frozen=True)
 class CostConfig:
-    """How a step is priced; each field is a CLI option of `ecosim replay`."""
+    """How a step is priced. Each field is a CLI option of `ecosim replay`; None means "not given":
+    the serving profile's value (or a measured hardware profile's) applies, see `Terms`."""
 
     mode: Literal["full", "experts-only"] = "full"
-    bw_efficiency: float = 0.8  # achieved fraction of peak HBM bandwidth (data sheets are peaks)
-    compute_efficiency: float = 0.5  # achieved fraction of dense peak FLOP/s
-    step_overhead_s: float = 30e-6  # launches, sync, sampling per verification step
-    draft_time_s: float | None = None  # per step; None: depth x draft bytes / bandwidth
-    link_latency_s: float = 10e-6  # per all-to-all under ep:N
-    # How memory and compute time combine: "max" (a roofline: GPUs overlap them) or "sum" (no
-    # overlap: small models on CPUs, where `validate calibrate` fits both terms).
-    overlap: Literal["max", "sum"] = "max"
+    serving: ServingProfile | None = None  # None: the hardware profile's own terms, else cuda-graphs
+    bw_efficiency: float | None = None
+    compute_efficiency: float | None = None
+    step_overhead_s: float | None = None
+    draft_time_s: float | None = None  # per speculative step; None: the draft's own cost (drafts.py)
+    link_latency_s: float | None = None  # per collective
+    overlap: Literal["max", "sum"] | None = None
 
 
-def given(*values: Any) -> Any:
-    """The first value that is not None: how a calibrated profile's field overrides a setting
-    (an explicit 0.0 is a value, not a missing one)."""
+@lru_cache(maxsize=None)
+def _default_serving() -> ServingProfile:
+    return load_serving(DEFAULT_SERVING)
+
+
+def _first(*values: Any) -> Any:
+    """The first value that was given (not None): explicit CLI > profile > default."""
     return next(v for v in values if v is not None)
+
+
+@dataclass(frozen=True)
+class Terms:
+    """Every constant a priced step used, resolved once (printed by replay's footer and --json)."""
+
+    serving: str
+    step_fixed_s: float
+    kernel_latency_s: float
+    collective_latency_s: float
+    bw_efficiency: float
+    compute_efficiency: float
+    gemm_tile_rows: float
+    overlap: str
+    memory_fraction: float
+    draft_step_fixed_s: float
+    draft_time_s: float | None
+
+    @classmethod
+    def resolve(cls, config: CostConfig, device: Device) -> Terms:
+        # a measured device (validate calibrate) without serving terms claims nothing it did not measure
+        s = config.serving or device.serving or (MEASURED if device.step_overhead_s is not None else _default_serving())
+        return cls(
+            serving=s.name,
+            step_fixed_s=_first(config.step_overhead_s, device.step_overhead_s, s.step_fixed_s),
+            kernel_latency_s=s.kernel_latency_s,
+            collective_latency_s=_first(config.link_latency_s, s.collective_latency_s),
+            bw_efficiency=_first(config.bw_efficiency, device.bw_efficiency, s.bw_efficiency),
+            compute_efficiency=_first(config.compute_efficiency, device.compute_efficiency, s.compute_efficiency),
+            gemm_tile_rows=s.gemm_tile_rows,
+            overlap=_first(config.overlap, device.overlap, s.overlap),
+            memory_fraction=s.memory_fraction,
+            draft_step_fixed_s=s.draft_step_fixed_s,
+            draft_time_s=config.draft_time_s if config.draft_time_s is not None else device.draft_time_s,
+        )
 
 
 # The costs the model leaves out; printed with every replay so nobody mistakes them for modelled.
 NOT_MODELLED = (
-    "kernel-level effects inside a layer (launch gaps, tile quantisation)",
-    "draft-model compute beyond reading its weights once per tree level",
+    "kernel time beyond a fixed latency per kernel and the bytes and FLOPs it moves",
+    "load imbalance inside a device's experts (tokens per expert averaged over the layer)",
     "KV-cache growth beyond the context length recorded in the trace",
 )
 
@@ -66,10 +122,14 @@ class CostModel:
 
     model: ModelShape
     device: Device
-    placement: Placement = field(default_factory=Placement)
+    placement: Placement = field(default_factory=Hbm)
     config: CostConfig = field(default_factory=CostConfig)
     tree_depth: int = 0  # draft forwards per speculative step (from the trace's manifest)
-    draft_bytes: float = 0.0
+    draft: DraftCost | None = None  # one draft forward's cost; None: no draft model
+    terms: Terms = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.terms = Terms.resolve(self.config, self.device)
 
     @property
     def experts_only(self) -> bool:
@@ -78,82 +138,102 @@ class CostModel:
     @property
     def bw(self) -> float:
         """Achieved HBM bandwidth (bytes/s); the raw peak under experts-only."""
-        eff = 1.0 if self.experts_only else (given(self.device.bw_efficiency, self.config.bw_efficiency))
-        return self.device.hbm_bw * eff
+        return self.device.hbm_bw * (1.0 if self.experts_only else self.terms.bw_efficiency)
 
     @property
     def peak(self) -> float:
         raw = self.device.peak_fp8 if self.model.bytes_per_param <= 1.0 else self.device.peak_bf16
-        return raw * (given(self.device.compute_efficiency, self.config.compute_efficiency))
+        return raw * self.terms.compute_efficiency
 
     @property
     def step_overhead(self) -> float:
-        if self.device.step_overhead_s is not None:
-            return self.device.step_overhead_s
-        return self.config.step_overhead_s
+        """Fixed seconds per step: T_step + K tau_k (0 under experts-only)."""
+        if self.experts_only:
+            return 0.0
+        return self.terms.step_fixed_s + self.model.kernels_per_step * self.terms.kernel_latency_s
+
+    def check(self, context_tokens: int) -> None:
+        """Refuse a placement whose weights and KV do not fit a device (placements/base.py)."""
+        self.placement.check(self.model, self.device, context_tokens, self.terms.memory_fraction)
 
     def draft_time(self, speculative: bool) -> float:
+        """Seconds of the draft side of one speculative step (0 for plain steps)."""
         if self.experts_only or not speculative:
             return 0.0
-        if self.config.draft_time_s is not None:
-            return self.config.draft_time_s
-        if self.device.draft_time_s is not None:  # a calibrated profile measured it
-            return self.device.draft_time_s
-        return self.tree_depth * self.draft_bytes / self.bw
+        if self.terms.draft_time_s is not None:
+            return self.terms.draft_time_s
+        if self.draft is None:
+            return 0.0
+        per_forward = self.draft.forward_kernels * self.terms.kernel_latency_s + self.draft.forward_bytes / self.placement.dense_share / self.bw
+        return self.tree_depth * per_forward + self.terms.draft_step_fixed_s
 
     def _combine(self, memory: np.ndarray | float, compute: np.ndarray) -> np.ndarray:
-        overlap = given(self.device.overlap, self.config.overlap)
-        return np.maximum(memory, compute) if overlap == "max" else memory + compute
+        return np.maximum(memory, compute) if self.terms.overlap == "max" else memory + compute
 
     def device_layer_times(self, union: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-        """Seconds each device spends on each MoE layer: (steps, layers, devices).
+        """Seconds each expert group spends on each MoE layer: (steps, layers, groups).
 
-        `union` is (steps, layers, devices) distinct experts each device reads; `tokens` (steps,)
-        tokens verified. Routed FLOPs scale with tokens x top_k, shared evenly by the devices.
+        `union` is (steps, layers, groups) distinct experts each group reads; `tokens` (steps,)
+        tokens verified. Routed FLOPs (2 n k P_e) are shared evenly by the devices.
         """
-        eb = float(self.model.expert_bytes)
+        p = self.placement
+        eb = float(self.model.expert_bytes) * p.expert_fraction
+        memory = union * eb / self.bw
         if self.experts_only:
-            return union * eb / self.bw
-        d = union.shape[-1]
-        flops = 2.0 * tokens.astype(np.float64)[:, None, None] * self.model.top_k * self.model.expert_params / d
-        return self._combine(union * eb / self.bw, flops / self.peak)
-
-    def all_to_all_time(self, tokens: np.ndarray) -> np.ndarray:
-        """Seconds per MoE layer of dispatch + combine under ep:N (0 on one device)."""
-        d = self.placement.devices if self.placement.kind == "ep" else 1
-        if self.experts_only or d == 1:
-            return np.zeros(len(tokens))
+            return memory
         m = self.model
-        one_way = tokens.astype(np.float64) * m.top_k * m.hidden_size * ACT_BYTES * (d - 1) / d / self.device.link_bw
-        return 2 * (one_way + self.config.link_latency_s)
+        n = tokens.astype(np.float64)[:, None, None]
+        flops = 2.0 * n * m.top_k * m.expert_params / p.devices
+        eff = np.ones_like(memory)
+        if self.terms.gemm_tile_rows > 0:
+            per_expert = n * m.top_k / np.maximum(union.sum(axis=-1, keepdims=True), 1)
+            eff = np.minimum(1.0, per_expert / self.terms.gemm_tile_rows)
+        return self._combine(memory, flops / (self.peak * np.maximum(eff, 1e-9)))  # 0 tokens: 0 FLOPs, 0 s
+
+    def _collective(self, count: int, tokens: np.ndarray, one_way_bytes: np.ndarray) -> np.ndarray:
+        return count * (self.terms.collective_latency_s + one_way_bytes / self.device.link_bw)
+
+    def collective_time(self, tokens: np.ndarray, moe: bool = True) -> np.ndarray:
+        """Seconds of one layer's collectives: all-reduces (ring: 2 (D-1)/D of n h a bytes) and
+        all-to-alls (dispatch or combine: (G-1)/G of n k h a bytes); 0 on one device."""
+        p, m = self.placement, self.model
+        if self.experts_only or p.devices == 1:
+            return np.zeros(len(tokens))
+        n = tokens.astype(np.float64)
+        d, g = p.devices, p.groups
+        ar = self._collective(p.allreduces(moe), n, 2 * (d - 1) / d * n * m.hidden_size * ACT_BYTES)
+        a2a = self._collective(p.alltoalls(moe), n, (g - 1) / g * n * m.top_k * m.hidden_size * ACT_BYTES)
+        return ar + a2a
 
     def copy_time(self, misses: np.ndarray) -> np.ndarray:
         """Seconds to copy missed experts host -> device over PCIe."""
         return misses * float(self.model.expert_bytes) / self.device.pcie_bw
 
     def layer_times(self, union: np.ndarray, tokens: np.ndarray, misses: np.ndarray | None = None) -> np.ndarray:
-        """Seconds per (step, MoE layer), run back to back: the slowest device, the all-to-all, and
-        (offload) the copy of the layer's misses before it.
+        """Seconds per (step, MoE layer), run back to back: the slowest group, the layer's
+        collectives, and (offload) the copy of the layer's misses before it.
 
-        `union` is (steps, layers) distinct experts read, or (steps, layers, devices) under ep:N;
+        `union` is (steps, layers) distinct experts read, or (steps, layers, groups);
         `misses` (steps, layers) experts copied over PCIe under offload.
         """
-        per_device = union if union.ndim == 3 else union[..., None]
-        t = self.device_layer_times(per_device, tokens).max(axis=-1) + self.all_to_all_time(tokens)[:, None]
+        per_group = union if union.ndim == 3 else union[..., None]
+        t = self.device_layer_times(per_group, tokens).max(axis=-1) + self.collective_time(tokens)[:, None]
         if misses is not None:
             t = t + self.copy_time(misses)
         return t
 
     def other_times(self, tokens: np.ndarray, context: np.ndarray, speculative: bool) -> np.ndarray:
-        """Seconds per step outside the routed experts: dense weights, attention, overhead, draft."""
+        """Seconds per step outside the routed experts: fixed terms, dense weights, attention (KV),
+        the dense layers' collectives, and the draft."""
         if self.experts_only:
             return np.zeros(len(tokens))
-        m = self.model
-        share = self.placement.devices if self.placement.kind == "ep" else 1
+        m, p = self.model, self.placement
+        share = p.dense_share
         tok = tokens.astype(np.float64)
         dense = self._combine(m.dense_bytes / share / self.bw, 2.0 * tok * m.dense_params / share / self.peak)
         kv = (context.astype(np.float64) + tok) * m.kv_bytes_per_token / share / self.bw
-        return dense + kv + self.step_overhead + self.draft_time(speculative)
+        dense_layers = (m.num_layers - m.num_moe_layers) * self.collective_time(tokens, moe=False)
+        return dense + kv + dense_layers + self.step_overhead + self.draft_time(speculative)
 
     def step_times(
         self,
@@ -167,29 +247,27 @@ class CostModel:
         return self.layer_times(union, tokens, misses).sum(axis=1) + self.other_times(tokens, context, speculative)
 
     def applied(self) -> dict[str, object]:
-        """The values this model prices with once defaults and a profile's fitted fields are
-        resolved: what every command prints as used (never null for an applied default)."""
+        """The values this model prices with once CLI values, profiles and defaults are resolved
+        (Terms): what every command prints as used (never null for an applied default)."""
         if self.experts_only:  # routed-expert bytes at the raw bandwidth, nothing else
             return {"bw_efficiency": 1.0, "step_overhead_s": 0.0, "draft_time_s": 0.0}
-        used: dict[str, object] = {
-            "bw_efficiency": given(self.device.bw_efficiency, self.config.bw_efficiency),
-            "compute_efficiency": given(self.device.compute_efficiency, self.config.compute_efficiency),
-            "step_overhead_s": self.step_overhead,
-            "overlap": given(self.device.overlap, self.config.overlap),
-            "draft_time_s": self.draft_time(speculative=True),
-        }
-        if self.placement.kind == "ep":
-            used["link_latency_s"] = self.config.link_latency_s
+        used: dict[str, object] = {k: v for k, v in asdict(self.terms).items() if k != "draft_time_s"}
+        used["step_overhead_s"] = self.step_overhead  # step_fixed_s + kernels_per_step x kernel_latency_s
+        used["kernels_per_step"] = self.model.kernels_per_step
+        used["draft_time_s"] = self.draft_time(speculative=True)
         return used
 
     def describe(self) -> dict[str, object]:
+        """Every value a priced step used, with the device and placement (replay's footer / --json)."""
         return {
             **self.device.to_dict(),
             "placement": str(self.placement),
             "cost_mode": self.config.mode,
-            "overlap": given(self.device.overlap, self.config.overlap),
+            "terms": asdict(self.terms),
+            "kernels_per_step": self.model.kernels_per_step,
             "achieved_bw": self.bw,
             "achieved_peak_flops": self.peak,
-            "step_overhead_s": 0.0 if self.experts_only else self.step_overhead,
+            "step_overhead_s": self.step_overhead,
+            "draft": asdict(self.draft) if self.draft else None,
             "not_modelled": list(NOT_MODELLED),
         }

@@ -24,7 +24,6 @@ import numpy as np
 import simpy
 
 from ecosim import bitsets
-from ecosim.cache import ExpertCache
 from ecosim.cost import CostModel
 from ecosim.errors import EcoSimError
 from ecosim.metrics import Row
@@ -109,12 +108,9 @@ class _Server:
         self.env, self.cost, self.cfg = env, cost, cfg
         m = replay.trace.model
         self.layers = m.num_moe_layers
-        self.devices = cost.placement.devices if cost.placement.kind == "ep" else 1
-        self.masks = bitsets.device_masks(m.num_experts, self.devices)
-        self.cache = (
-            ExpertCache(m.num_moe_layers, m.num_experts, cost.placement.capacity, cost.placement.eviction)
-            if cost.placement.kind == "offload" else None
-        )
+        self.num_experts = m.num_experts
+        self.devices = cost.placement.groups  # one timeline per expert group (its tp devices run in step)
+        self.cache = cost.placement.cache(m)
         self.copy_engine = simpy.Resource(env, capacity=1)
         self.steps = steps
         ids = [int(r["request_id"]) for r in replay.trace.manifest["requests"]]
@@ -178,9 +174,9 @@ class _Server:
         tokens = np.array([s.verified[idx].sum()])
         context = np.array([s.context[idx].sum()])
         self.loads += int(bitsets.count(union).sum())
-        per_device = bitsets.count_per_device(union[None], self.masks)  # (1, layers, devices)
+        per_device = cost.placement.union_per_group(union[None], self.num_experts)  # (1, layers, groups)
         device_t = cost.device_layer_times(per_device, tokens)[0]
-        a2a = float(cost.all_to_all_time(tokens)[0])
+        a2a = float(cost.collective_time(tokens)[0])
         copy_t = np.zeros(self.layers)
         if self.cache is not None:
             misses = self.cache.access(union)
@@ -205,7 +201,7 @@ class _Server:
             if a2a > 0:
                 t0 = self.env.now
                 yield self.env.timeout(a2a)
-                self._span(f"all-to-all L{layer}", "link", t0, self.env.now)
+                self._span(f"collectives L{layer}", "link", t0, self.env.now)
         speculative = bool(s.speculative[idx].any())
         other = float(cost.other_times(tokens, context, speculative=False)[0])
         other += cost.draft_time(speculative=True) if speculative else 0.0

@@ -50,7 +50,7 @@ class StepPricer:
     def of(cls, cost: CostModel, max_tokens: int) -> StepPricer:
         m = cost.model
         p = cost.placement
-        devices = p.devices if p.kind == "ep" else 1
+        devices = p.groups
         per_device = -(-m.num_experts // devices)
         tokens = np.arange(max_tokens + 2)
         # F(u, n) = layer_times with u experts on device 0 and none elsewhere: the max over devices
@@ -58,7 +58,7 @@ class StepPricer:
         union = np.zeros((len(tokens), per_device + 1, devices))
         union[:, :, 0] = np.arange(per_device + 1)
         layer = cost.layer_times(union if devices > 1 else union[..., 0], tokens).T
-        copy = float(cost.copy_time(np.ones(1))[0]) if p.kind == "offload" else 0.0
+        copy = float(cost.copy_time(np.ones(1))[0]) if p.stateful else 0.0
         return cls(np.ascontiguousarray(layer), copy, cost.draft_time(speculative=True), devices, m.num_moe_layers,
                    m.num_experts, cost)
 

@@ -23,7 +23,6 @@ import numpy as np
 
 from ecosim import bitsets
 from ecosim.memo import Memo
-from ecosim.cache import ExpertCache
 from ecosim.cost import CostModel
 from ecosim.metrics import Row
 from ecosim.oracle import shortest_path
@@ -245,16 +244,14 @@ class TraceReplay:
         return Steps(req, visited, tokens, verified, bits, ctx, speculative)
 
     def _union(self, bits: np.ndarray, cost: CostModel) -> np.ndarray:
-        if cost.placement.kind == "ep":
-            masks = bitsets.device_masks(self.trace.model.num_experts, cost.placement.devices)
-            return bitsets.count_per_device(bits, masks)
-        return bitsets.count(bits)
+        """(steps, layers, groups) distinct experts each of the placement's expert groups reads."""
+        return cost.placement.union_per_group(bits, self.trace.model.num_experts)
 
     def price(self, steps: Steps, cost: CostModel, cache: bool = True, key: Hashable | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Seconds per step and PCIe misses per step (offload walks its cache in step order;
         `cache=False` prices every expert as a hit, as the oracle bound does). `key` names the
         selection the steps are of, so their cache walks are kept."""
-        misses = self.cache_misses(steps, cost, key) if cost.placement.kind == "offload" and cache else None
+        misses = self.cache_misses(steps, cost, key) if cost.placement.stateful and cache else None
         union = self._union(steps.bits, cost)
         times = cost.layer_times(union, steps.verified, misses).sum(axis=1)
         times = times + cost.other_times(steps.verified, steps.context, speculative=False)
@@ -265,14 +262,15 @@ class TraceReplay:
         """(steps, layers) misses of the offload cache walked along `steps`. Kept per (selection
         `key`, capacity, eviction) when a key is given, since neither bandwidth nor device changes them."""
         p = cost.placement
-        m = self.trace.model
 
         def make() -> np.ndarray:
-            return ExpertCache(m.num_moe_layers, m.num_experts, p.capacity, p.eviction).walk(steps.bits)
+            cache = p.cache(self.trace.model)
+            assert cache is not None, "only a stateful placement has cache misses"
+            return cache.walk(steps.bits)
 
         if key is None:
             return make()
-        return self.memo.get("misses", (key, p.capacity, p.eviction), make)
+        return self.memo.get("misses", (key, p), make)
 
     def run(self, spec: PolicySpec, cost: CostModel) -> Row:
         """One policy's totals over this trace (the bound's shortest path for the bound)."""
@@ -291,7 +289,7 @@ def _digest(selected: np.ndarray) -> bytes:
 
 def _cost_key(cost: CostModel) -> tuple:
     """Everything a priced row depends on besides the steps (all frozen, hashable values)."""
-    return (cost.model, cost.device, cost.placement, cost.config, cost.tree_depth, cost.draft_bytes)
+    return (cost.model, cost.device, cost.placement, cost.config, cost.tree_depth, cost.draft)
 
 
 def summarize(replay: TraceReplay, steps: Steps, cost: CostModel, cache: bool = True, requests: int | None = None,

@@ -21,7 +21,7 @@ from pathlib import Path
 from ecosim.errors import EcoSimError
 from ecosim.outputs import REPORT_BUILD, REPORT_MARKER, check_output
 
-ORDER = ("expert_scattering", "cost_vs_experts", "lambda_sweep", "pareto", "predictors", "fidelity", "reproduction")
+ORDER = ("expert_scattering", "cost_vs_experts", "lambda_sweep", "pareto", "predictors", "fidelity", "published", "reproduction")
 
 
 @dataclass(frozen=True)

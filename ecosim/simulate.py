@@ -14,7 +14,8 @@ from typing import Protocol
 from ecosim.catalog.devices import Device
 from ecosim.cost import CostConfig, CostModel
 from ecosim.metrics import Row, total
-from ecosim.placement import Placement
+from ecosim.catalog.drafts import draft_cost
+from ecosim.placements import Placement
 from ecosim.policies import PolicySpec, registry
 from ecosim.trace.io import Trace
 
@@ -39,14 +40,27 @@ class PolicyResult:
     total: Row
 
 
-def cost_model(trace: Trace, device: Device, placement: Placement, config: CostConfig) -> CostModel:
-    """The cost model for one trace: its own shape, tree depth and draft size."""
+def cost_model(trace: Trace, device: Device, placement: Placement, config: CostConfig, check: bool = True) -> CostModel:
+    """The cost model for one trace: its own shape, tree depth and draft (drafts.py). Refuses a
+    placement whose weights and the KV of the trace's longest context do not fit a device (unless
+    `check` is False: a benchmark of the replay's own speed, not of a deployment)."""
     m = trace.manifest
-    return CostModel(
+    cost = CostModel(
         trace.model, device, placement, config,
         tree_depth=int(m["tree"].get("depth", 0)),
-        draft_bytes=float(m["draft"].get("bytes", 0)),
+        draft=draft_cost(m.get("draft") or {}, trace.model),
     )
+    if check:
+        cost.check(max_context(trace))
+    return cost
+
+
+def max_context(trace: Trace) -> int:
+    """The longest context a step of the trace attends to (context before the root + its tree)."""
+    pos = trace.positions
+    if "context_len" not in pos or len(pos["context_len"]) == 0:  # a streamed trace's manifest-only view
+        return 0
+    return int((pos["context_len"].astype("int64") + pos["n_nodes"].astype("int64")).max())
 
 
 def compare(

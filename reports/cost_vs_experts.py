@@ -25,7 +25,7 @@ import numpy as np
 from ecosim.catalog.devices import DEVICES
 from ecosim.catalog.models import get_model
 from ecosim.cost import CostConfig, CostModel
-from ecosim.placement import Placement
+from ecosim.placements import Hbm
 from reports._common import save
 
 model = get_model("deepseek-v3.1")
@@ -36,7 +36,7 @@ context = np.full(len(per_layer), 1024)
 
 fig, ax = plt.subplots()
 for name, device in DEVICES.items():
-    cost = CostModel(model, device, Placement(), CostConfig())
+    cost = CostModel(model, device, Hbm(), CostConfig())
     t = cost.step_times(np.repeat(per_layer[:, None], L, axis=1), tokens, context, speculative=False)
     ax.plot(per_layer * L, t * 1e3, label=f"{name} ({device.hbm_bw / 1e12:.3g} TB/s)")
 ax.set_xlabel(f"active experts per step (sum over {L} MoE layers)")
@@ -55,7 +55,7 @@ save(fig, out, "cost_vs_experts")
 plt.show()
 
 # %%
-slope = {n: (CostModel(model, d, Placement(), CostConfig()).step_times(np.full((2, L), [[k], [k + 1]]), np.array([16, 16]),
+slope = {n: (CostModel(model, d, Hbm(), CostConfig()).step_times(np.full((2, L), [[k], [k + 1]]), np.array([16, 16]),
                                                                         np.array([1024, 1024]), False)) @ np.array([-1.0, 1.0]) / L * 1e6
          for n, d in DEVICES.items()}
 for n, s in slope.items():

@@ -22,7 +22,7 @@ import numpy as np
 from ecosim.catalog.devices import get_device
 from ecosim.cost import CostConfig
 from ecosim.metrics import total
-from ecosim.placement import parse_placement
+from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
@@ -54,7 +54,7 @@ for j, (hw, bw, placement) in enumerate(settings):
     top, bottom = axes[0, j], axes[1, j]
     top.plot(lambdas, sp, marker=".", label="ecospec (oracle predictor)")
     top.axhline(ar.time_per_token_s / conf.time_per_token_s, color="C1", ls="--", label=f"confidence b={budget}")
-    if not placement.startswith("offload"):  # under offload the bound prices every expert as a hit: too loose to draw
+    if not parse_placement(placement).stateful:  # under offload the bound prices every expert as a hit: too loose to draw
         top.axhline(ar.time_per_token_s / orc.time_per_token_s, color="k", ls=":", label="oracle bound")
     top.set_title(f"{hw} {bw or 'data-sheet bw'}, {placement}", fontsize=9)
     bottom.plot(lambdas, [e.experts_per_step for e in eco], marker=".", label="ecospec")

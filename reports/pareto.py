@@ -18,7 +18,7 @@ import numpy as np
 from ecosim.catalog.devices import get_device
 from ecosim.cost import CostConfig
 from ecosim.metrics import total
-from ecosim.placement import Placement
+from ecosim.placements import Hbm
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
@@ -33,7 +33,7 @@ specs += [PolicySpec("confidence", b) for b in (2, 4, 8, 16, 32)]
 specs += [PolicySpec("ecospec", b, float(l), "oracle") for b in (4, 8, 16, 32) for l in (0.1, 0.25, 0.5, 1.0, 2.0)]
 points = []
 for s in specs:
-    row = total([r.run(s, cost_model(r.trace, device, Placement(), CostConfig())) for r in replays])
+    row = total([r.run(s, cost_model(r.trace, device, Hbm(), CostConfig())) for r in replays])
     points.append((s, row.experts_per_step, row.time_per_token_s * 1e3))
 
 

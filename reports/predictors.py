@@ -50,6 +50,7 @@ import numpy as np
 
 from ecosim.catalog.models import get_model
 from ecosim.analysis.predictor_compare import PREDICTORS, compare, markdown_table, summary_tables, to_dict
+from ecosim.placements import parse_placement
 from ecosim.sweep.grid import Pricing, parse_axis, parse_placements
 from ecosim.synth import SynthConfig, write_synthetic
 from ecosim.trace.io import read_trace
@@ -120,7 +121,7 @@ left.set_ylabel("fraction of the oracle predictor's gain kept")
 left.set_ylim(0, 1.35)
 left.legend(fontsize=8, loc="upper left")
 left.set_title(f"gain = confidence − ecospec (best λ) time per token, budget {budget}", fontsize=9)
-bound = next((p for p in grp["pricings"] if p["placement"].startswith("offload")), grp["pricings"][-1])
+bound = next((p for p in grp["pricings"] if parse_placement(p["placement"]).stateful), grp["pricings"][-1])
 for i, e in enumerate(bound["ecospec"]):
     right.plot([c["lambda"] for c in e["curve"]], [c["time_per_token_s"] * 1e6 for c in e["curve"]], marker=".",
                color=f"C{i}", label=f"ecospec, {e['predictor']}")

@@ -23,7 +23,7 @@ from ecosim.catalog.devices import get_device
 from ecosim.catalog.models import get_model
 from ecosim.cost import CostConfig, CostModel
 from ecosim.metrics import total
-from ecosim.placement import Placement, parse_placement
+from ecosim.placements import Hbm, parse_placement
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
@@ -46,7 +46,7 @@ best = eco[best_l]
 u0 = np.mean([r.unions_everywhere(PolicySpec("confidence", 0)).mean() for r in replays])
 u16 = np.mean([r.unions_everywhere(PolicySpec("confidence", 16)).mean() for r in replays])
 m = get_model("deepseek-v3.1")
-c = CostModel(m, device, Placement(), CostConfig())
+c = CostModel(m, device, Hbm(), CostConfig())
 t_lo, t_hi = c.step_times(np.array([[8] * 58, [64] * 58]), np.array([16, 16]), np.array([1024, 1024]), False)
 
 validated = Path(validation) / "comparison.json" if validation else None

@@ -22,7 +22,8 @@ from ecosim.policies.presets import chain, eagle_tree
 from ecosim.catalog.devices import get_device
 from ecosim.cost import CostConfig, CostModel
 from ecosim.marginal import StepPricer
-from ecosim.placement import Placement
+from ecosim.catalog.drafts import DraftCost
+from ecosim.placements import Hbm, parse_placement
 from ecosim.policies import PolicySpec, select_confidence
 from ecosim.replay import TraceReplay
 from ecosim.trace.io import read_trace
@@ -131,7 +132,7 @@ def test_acceptance_table_shrinks_thin_cells_to_the_coarser_rate():
 
 
 def test_marginal_time_by_hand_and_against_the_cost_model():
-    cost = CostModel(TINY, get_device("h200").replace(hbm_bw=1e9), Placement(), CostConfig(mode="experts-only"))
+    cost = CostModel(TINY, get_device("h200").replace(hbm_bw=1e9), Hbm(), CostConfig(mode="experts-only"))
     p = StepPricer.of(cost, 4)
     layers, e = TINY.num_moe_layers, TINY.num_experts
     chosen = np.zeros((layers, e), dtype=bool)
@@ -140,7 +141,7 @@ def test_marginal_time_by_hand_and_against_the_cost_model():
     node[0, [1, 2, 3]] = True  # 2 new experts in layer 0: 2 x 1 MB / 1 GB/s
     assert p.marginal_time(chosen, 1, node, 10) == pytest.approx(2e-3)
     # full cost, ep:2: the step time of a selection equals CostModel.step_times on the same union
-    full = CostModel(TINY, get_device("h200"), Placement("ep", devices=2), CostConfig(), tree_depth=3, draft_bytes=1e6)
+    full = CostModel(TINY, get_device("h200"), parse_placement("ep:2"), CostConfig(), tree_depth=3, draft=DraftCost("model", 1e6, 2, False))
     q = StepPricer.of(full, 6)
     per_device = np.array([[2, 1], [0, 3], [4, 4]])
     want = full.step_times(per_device[None], np.array([5]), np.array([100]), speculative=True)[0]
@@ -185,7 +186,7 @@ def test_auto_runs_end_to_end_and_never_slower_than_its_own_root_choice(write):
     from ecosim.simulate import cost_model
     trace = read_trace(write(tiny_trace(9, requests=3, positions=40)))
     r = TraceReplay(trace)
-    for place in (Placement(), Placement("ep", devices=2), Placement("offload", capacity=4)):
+    for place in (Hbm(), parse_placement("ep:2"), parse_placement("offload:4")):
         cost = cost_model(trace, get_device("h200"), place, CostConfig())
         auto = r.run(PolicySpec("ecospec-auto", predictor="oracle"), cost)
         ar = r.run(PolicySpec("ar"), cost)
@@ -201,7 +202,7 @@ def test_auto_runs_end_to_end_and_never_slower_than_its_own_root_choice(write):
     order, best = auto_order(r.trees, r.predicted("oracle"), values(c, "raw"), pricer(c), trace.positions["context_len"])
     assert (best <= r.trees.n_nodes - 1).all() and (order[r.trees.depth == 0] == -1).all()
     # growing only the trees the requests visit changes no figure of the replay
-    cost = cost_model(trace, get_device("h200"), Placement("ep", devices=2), CostConfig())
+    cost = cost_model(trace, get_device("h200"), parse_placement("ep:2"), CostConfig())
     spec = PolicySpec("ecospec-auto", predictor="token")
     c = r.context(cost)
     every = auto_select(r.trees, *auto_order(r.trees, r.predicted("token"), values(c, "calibrated"), pricer(c),

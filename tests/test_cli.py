@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, hand_trace, tiny_trace
+from ecosim.catalog.serving import load_serving
 from ecosim.trace.io import write_trace
 
 ROW_KEYS = {"trace", "requests", "tokens", "steps", "tokens_per_step", "experts_per_step", "expert_bytes_per_token",
@@ -48,18 +49,21 @@ def test_replay_json_matches_the_documented_schema(traces):
 
 
 def test_replay_prints_the_values_it_used_never_null(traces):
-    """The defaults applied (30 us, 0.8, 0.5, the draft time) are printed, in the JSON and under the table."""
+    """The values applied (the cuda-graphs serving profile's, the draft time) are printed, in the JSON and
+    under the table. (Issue 17: the defaults are the shipped profile's, no longer 30 us / 0.8 / 0.5 in code.)"""
+    prof = load_serving("cuda-graphs")
     r = ecosim("replay", str(traces / "a"), "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     used = out["used"]
-    assert used["step_overhead_s"] == pytest.approx(30e-6) and used["bw_efficiency"] == 0.8
-    assert used["compute_efficiency"] == 0.5 and used["overlap"] == "max" and used["draft_time_s"]["a"] >= 0
+    assert used["serving"] == "cuda-graphs" and used["bw_efficiency"] == prof.bw_efficiency
+    assert used["step_overhead_s"] == pytest.approx(prof.step_fixed_s + used["kernels_per_step"] * prof.kernel_latency_s)
+    assert used["compute_efficiency"] == prof.compute_efficiency and used["overlap"] == "max" and used["draft_time_s"]["a"] >= 0
     assert None not in out["hardware"].values() and None not in used.values()
     r = ecosim("replay", str(traces / "a"), "--step-overhead", "45us", "--bw-efficiency", "0.7")
     assert r.returncode == 0, r.stderr
     line = next(x for x in r.stdout.splitlines() if x.startswith("used: "))
-    assert "bw efficiency 0.7" in line and "compute efficiency 0.5" in line and "step overhead 45 us" in line
+    assert "bw eff 0.7" in line and f"compute eff {prof.compute_efficiency:.3g}" in line and "step fixed 45 us" in line
     assert "tokens/s" in r.stdout
 
 

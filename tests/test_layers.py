@@ -15,14 +15,14 @@ from conftest import ROOT
 LAYERS = [
     ["ecosim.errors", "ecosim.units", "ecosim.bitsets", "ecosim.metrics", "ecosim.catalog", "ecosim.trace.schema",
      "ecosim.version", "ecosim.outputs", "ecosim.tree_config", "ecosim.memo"],
-    ["ecosim.trace", "ecosim.tree", "ecosim.placement", "ecosim.cache", "ecosim.oracle", "ecosim.synth",
+    ["ecosim.trace", "ecosim.tree", "ecosim.placements", "ecosim.cache", "ecosim.oracle", "ecosim.synth",
      "ecosim.synth_draft", "ecosim.routing.generator"],
     ["ecosim.cost", "ecosim.predictors", "ecosim.routing", "ecosim.hybrid", "ecosim.acceptance", "ecosim.marginal",
      "ecosim.auto"],
     ["ecosim.policies"],
     ["ecosim.replay", "ecosim.stream", "ecosim.des", "ecosim.simulate", "ecosim.summary"],
     ["ecosim.sweep"],
-    ["ecosim.analysis", "ecosim.report", "ecosim.api", "ecosim.tune"],
+    ["ecosim.analysis", "ecosim.report", "ecosim.api", "ecosim.tune", "ecosim.fidelity"],
     ["ecosim.cli"],
     ["ecosim"],  # the package itself: the public API
 ]

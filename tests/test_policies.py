@@ -17,7 +17,7 @@ from conftest import TINY, hand_trace, tiny_trace
 from ecosim.catalog.devices import get_device
 from ecosim.cost import CostConfig, CostModel
 from ecosim.des import DesConfig, des_run
-from ecosim.placement import parse_placement
+from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
@@ -162,7 +162,7 @@ def test_selections_are_ancestor_closed_subtrees_within_budget(params, lam, budg
     assert (t.selected_count(sel) <= budget + 1).all()
 
 
-@given(random_traces, st.sampled_from(["ar", "confidence", "ecospec", "oracle"]), st.sampled_from(["hbm", "ep:8", "offload:4"]))
+@given(random_traces, st.sampled_from(["ar", "confidence", "ecospec", "oracle"]), st.sampled_from(["hbm", "ep:8", "tp:8", "tp:4+ep:2", "offload:4"]))
 def test_more_bandwidth_never_takes_longer(params, name, placement):
     replay = _replay(params)
     times = []
@@ -172,7 +172,7 @@ def test_more_bandwidth_never_takes_longer(params, name, placement):
     assert times[0] >= times[1] >= times[2]
 
 
-@given(random_traces, st.sampled_from(["ar", "confidence", "ecospec"]), st.sampled_from(["hbm", "ep:4", "offload:5"]),
+@given(random_traces, st.sampled_from(["ar", "confidence", "ecospec"]), st.sampled_from(["hbm", "ep:4", "tp:2", "tp:2+ep:2", "offload:5"]),
        st.sampled_from(["full", "experts-only"]))
 def test_engines_agree_without_contention(params, name, placement, mode):
     replay = _replay(params)

@@ -15,7 +15,7 @@ from conftest import tiny_trace
 from ecosim.catalog.devices import get_device
 from ecosim.cost import CostConfig
 from ecosim.errors import EcoSimError
-from ecosim.placement import parse_placement
+from ecosim.placements import parse_placement
 from ecosim.policies import Knob, Policy, PolicySpec, registry
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model

@@ -17,7 +17,7 @@ from ecosim import bitsets
 from ecosim.cache import ExpertCache
 from ecosim.catalog.devices import get_device
 from ecosim.cost import CostConfig
-from ecosim.placement import parse_placement
+from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec, ecospec_offsets, ecospec_order, select_ecospec
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model

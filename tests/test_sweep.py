@@ -400,7 +400,7 @@ def test_oracle_chain_unions_equal_the_padded_reference(write, placement):
     from ecosim.catalog.devices import get_device
     from ecosim.cost import CostConfig
     from ecosim.oracle import shortest_path
-    from ecosim.placement import parse_placement
+    from ecosim.placements import parse_placement
     from ecosim.replay import TraceReplay
     from ecosim.simulate import ORACLE, cost_model
     from ecosim.trace.io import read_trace

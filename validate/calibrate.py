@@ -62,6 +62,7 @@ import numpy as np
 
 from ecosim.catalog.devices import Device
 from ecosim.catalog.models import ModelShape
+from ecosim.catalog.serving import ServingProfile
 from ecosim.cost import CostConfig, CostModel
 from ecosim.errors import EcoSimError
 from ecosim.tree_config import TREE
@@ -438,8 +439,13 @@ def _fit_max(shape, n, u, c, y, w, nbytes, flops) -> tuple[float, float, float]:
 
 def device_of(fit_: Fit, name: str, memory_bytes: float, link_bw: float | None = None, pcie_bw: float | None = None,
               source: str = "") -> Device:
-    """The Device a fit describes (unmeasured links default to the fitted bandwidth)."""
-    return Device(
+    """The Device a fit describes (unmeasured links default to the fitted bandwidth), carrying its
+    serving terms in the format of ecosim's serving profiles (catalog/serving.py): the measured step
+    overhead and overlap, efficiencies 1 (the fitted rates are already achieved ones), and zero
+    per-kernel and collective terms (one device, fitted as a whole step)."""
+    serving = ServingProfile(name=f"calibrated {name}", step_fixed_s=fit_.overhead_s, overlap=fit_.overlap,
+                             source=f"validate calibrate: {source}")
+    return Device(serving=serving, 
         name=name, hbm_bw=fit_.bw, hbm_bytes=float(memory_bytes), peak_bf16=fit_.peak, peak_fp8=fit_.peak,
         link_bw=float(link_bw or fit_.bw), pcie_bw=float(pcie_bw or fit_.bw), step_overhead_s=fit_.overhead_s,
         bw_efficiency=1.0, compute_efficiency=1.0, overlap=fit_.overlap, draft_time_s=fit_.draft_time_s, source=source,

@@ -56,7 +56,7 @@ import polars as pl
 from ecosim.catalog.devices import get_device
 from ecosim.cost import NOT_MODELLED, CostConfig
 from ecosim.errors import EcoSimError
-from ecosim.placement import Placement
+from ecosim.placements import Hbm
 from ecosim.predictors import get_predictor
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
@@ -143,7 +143,7 @@ def compare_run(run_dir: Path, hardware: str | None = None, out: Path | None = N
         profile_doc = json.loads(profile_path.read_text())
     except (OSError, ValueError):
         profile_doc = {}
-    cost = cost_model(trace, device, Placement(), CostConfig())
+    cost = cost_model(trace, device, Hbm(), CostConfig())
     m = trace.model
     specs = [spec_from_dict(d) for d in measured["policies"]]
     predictors = {s.predictor: get_predictor(s.predictor) for s in specs if s.predictor is not None}

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ecosim.metrics import Row, total
-from ecosim.placement import parse_placement
+from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec
 from ecosim.predictors import ExpertPredictor, get_predictor
 from ecosim.predictors.evaluate import Tally, evaluate_with

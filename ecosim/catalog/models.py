@@ -49,6 +49,33 @@ class ModelShape:
     def dense_params(self) -> float:
         return self.dense_bytes / self.bytes_per_param
 
+    @property
+    def attention(self) -> str:
+        """"mla" (DeepSeek's multi-head latent attention) or "gqa" (grouped-query, MHA included)."""
+        return "mla" if self.family.startswith("deepseek") else "gqa"
+
+    def kernels_per_layer(self, moe: bool) -> int:
+        """Kernels on one decoder layer's critical path in a batch-1 decode step (fused as SGLang /
+        TensorRT-LLM run them; collectives are counted apart, by the placement):
+
+        - attention, GQA: input norm, qkv projection, q/k norm + rope, attention, o projection = 5;
+          MLA (absorbed, decode): norm, q_a, q_a norm, q_b, kv_a, kv norm + rope, q absorb, attention,
+          v absorb, o projection = 10;
+        - MoE: post-attention norm, router GEMM, top-k, grouped gate/up, activation, grouped down,
+          combine = 7, plus gate/up, activation, down of the shared experts = 3;
+        - dense MLP: post-attention norm, gate/up, activation, down = 4.
+        """
+        attn = 10 if self.attention == "mla" else 5
+        if not moe:
+            return attn + 4
+        return attn + 7 + (3 if self.num_shared_experts else 0)
+
+    @property
+    def kernels_per_step(self) -> int:
+        """Sum of kernels_per_layer over the decoder layers."""
+        n_moe = self.num_moe_layers
+        return n_moe * self.kernels_per_layer(True) + (self.num_layers - n_moe) * self.kernels_per_layer(False)
+
     def to_manifest(self) -> dict[str, Any]:
         d = asdict(self)
         d["moe_layers"] = list(self.moe_layers)

@@ -96,6 +96,6 @@ def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ecosim.cli import predictor, replay, report, routing, sweep, traces, tune  # noqa: F401  (each module registers its commands)
+    from ecosim.cli import fidelity, predictor, replay, report, routing, sweep, traces, tune  # noqa: F401  (each module registers its commands)
 
     return run(app, "ecosim", argv)

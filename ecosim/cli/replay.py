@@ -16,12 +16,12 @@ from ecosim.cli import app, fail, wide_console
 from ecosim.cli.adapter import knob_options, with_options
 from ecosim.cli.options import (
     Bw, BwEff, ComputeEff, CostMode, Devices, DraftTime, Hardware, HardwareArgs, LinkBw, Overhead,
-    PcieBw, Peak, Placement, cost_config, placement_text,
+    PcieBw, Peak, Placement, Profile, cost_config, placement_text,
 )
 from ecosim.cost import NOT_MODELLED
 from ecosim.des import DesConfig, DesReplay
 from ecosim.metrics import Row
-from ecosim.placement import parse_placement
+from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec, registry
 from ecosim.replay import TraceReplay
 from ecosim.simulate import Engine, PolicyResult, compare, cost_model
@@ -37,20 +37,20 @@ def _row_json(row: Row, spec: PolicySpec) -> dict[str, object]:
 
 
 def used_text(used: dict[str, object], draft: dict[str, float]) -> str:
-    """The footer line of the values the replay priced with (defaults and profile fields resolved)."""
-    parts = [f"bw efficiency {used['bw_efficiency']:g}"]
-    if "compute_efficiency" in used:
-        parts.append(f"compute efficiency {used['compute_efficiency']:g}")
-    parts.append(f"step overhead {float(used['step_overhead_s']) * 1e6:.4g} us")  # type: ignore[arg-type]
-    if "overlap" in used:
-        parts.append(f"overlap {used['overlap']}")
-    if "link_latency_s" in used:
-        parts.append(f"link latency {float(used['link_latency_s']) * 1e6:.4g} us")  # type: ignore[arg-type]
-    if len(set(draft.values())) == 1:  # the same draft model and tree depth in every trace
-        parts.append(f"draft {next(iter(draft.values())) * 1e3:.4g} ms/step")
+    """The footer line naming the serving profile and every value the replay priced with (CLI
+    values, profile fields and defaults resolved: cost.Terms)."""
+    if len(set(draft.values())) == 1:  # the same draft and tree depth in every trace
+        drafts = f"draft {next(iter(draft.values())) * 1e3:.4g} ms/step"
     else:
-        parts.append("draft " + ", ".join(f"{v * 1e3:.4g} ms/step ({k})" for k, v in draft.items()))
-    return "used: " + "; ".join(parts)
+        drafts = "draft " + ", ".join(f"{v * 1e3:.4g} ms/step ({k})" for k, v in draft.items())
+    if "serving" not in used:  # experts-only
+        return f"used: cost experts-only, routed-expert bytes at the raw bandwidth; {drafts}"
+    f = {k: float(v) for k, v in used.items() if isinstance(v, (int, float))}
+    return (f"used: profile {used['serving']}: step fixed {f['step_fixed_s'] * 1e6:.4g} us + {int(f['kernels_per_step'])} "
+            f"kernels x {f['kernel_latency_s'] * 1e6:.4g} us, collective {f['collective_latency_s'] * 1e6:.4g} us, "
+            f"bw eff {f['bw_efficiency']:.3g}, compute eff {f['compute_efficiency']:.3g}, GEMM tile {f['gemm_tile_rows']:g} rows, "
+            f"overlap {used['overlap']}, memory fraction {f['memory_fraction']:.3g}, "
+            f"speculative step +{f['draft_step_fixed_s'] * 1e6:.4g} us; {drafts}")
 
 
 def _table(results: list[PolicyResult], title: str) -> Table:
@@ -92,9 +92,10 @@ def replay(
     placement: Placement = "hbm",
     devices: Devices = None,
     cost: CostMode = "full",
-    bw_efficiency: BwEff = 0.8,
-    compute_efficiency: ComputeEff = 0.5,
-    step_overhead: Overhead = "30us",
+    bw_efficiency: BwEff = None,
+    compute_efficiency: ComputeEff = None,
+    profile: Profile = None,
+    step_overhead: Overhead = None,
     draft_time: DraftTime = None,
     engine: Annotated[str, typer.Option(help="fast (vectorised numpy) or des (simpy events: batching, prefetch, per-device timelines).")] = "fast",
     arrivals: Annotated[str, typer.Option(help="des only: sequential, together, poisson:RATE (requests/s) or a JSON file of arrival seconds.")] = "sequential",
@@ -118,7 +119,7 @@ def replay(
     specs = [PolicySpec(n, **knobs) for n in names]
     device = HardwareArgs(hardware, bw, peak, link_bw, pcie_bw).device()
     place = parse_placement(placement_text(placement, devices))
-    config = cost_config(cost, bw_efficiency, compute_efficiency, step_overhead, draft_time)
+    config = cost_config(cost, bw_efficiency, compute_efficiency, step_overhead, draft_time, profile)
     knob_used = {k.name: k for s in specs for k in s.policy.knobs}
     for k in knob_used.values():
         if k.resolve:
@@ -153,7 +154,7 @@ def replay(
         hw = {k: v for k, v in device.to_dict().items() if v is not None}  # profile-only fields: in `used` instead
         out = {
             "hardware": hw, "placement": str(place), "cost_mode": config.mode, "engine": engine,
-            "used": {**used, "draft_time_s": draft},
+            "used": {**used, "draft_time_s": draft, "draft": costs[0].describe()["draft"]},
             "not_modelled": list(NOT_MODELLED),
             "rows": [], "totals": [_row_json(r.total, r.spec) for r in results],
         }
@@ -177,7 +178,7 @@ def replay(
     console.print(f"[dim]not modelled: {'; '.join(NOT_MODELLED)}[/dim]")
     if any(r.synthetic for r in results[0].rows):
         console.print("[yellow]synthetic traces are generated, not measured: their figures illustrate the model only[/yellow]")
-    if place.kind == "offload":
+    if place.stateful:
         console.print("[dim]the oracle under offload prices every expert as a cache hit (a looser lower bound)[/dim]")
 
 

@@ -15,14 +15,14 @@ from rich.table import Table
 from ecosim.cli import app, fail, interrupted, wide_console
 from ecosim.cli.adapter import knob_options, with_options
 from ecosim.outputs import SWEEP, check_output
-from ecosim.cli.options import BwEff, ComputeEff, CostMode, DraftTime, LinkBw, Overhead, PcieBw, Peak, cost_config
+from ecosim.cli.options import BwEff, ComputeEff, CostMode, DraftTime, LinkBw, Overhead, PcieBw, Peak, Profile, cost_config
 from ecosim.policies import PolicySpec, registry
 
 Policies = Annotated[str, typer.Option("--policy", help=f"Comma list of {', '.join(registry.names())}; "
                                        f"{' and '.join(registry.references())} rows are always computed (the ratios need them).")]
 HardwareList = Annotated[str, typer.Option("--hardware", help="Comma list of catalogue devices (h100, h200, b200, a100, mi300x) or profile .json files.")]
 BwList = Annotated[str | None, typer.Option("--bw", help="Comma list of HBM bandwidths overriding the device's, e.g. 2TB/s,3.3TB/s,4.8TB/s.")]
-PlacementList = Annotated[str, typer.Option("--placement", help="Comma list of placements: hbm, ep:N, offload:CAP[:lru|lfu].")]
+PlacementList = Annotated[str, typer.Option("--placement", help="Comma list of placements: hbm, tp:N, ep:N, tp:N+ep:M, offload:CAP[:lru|lfu].")]
 Objective = Annotated[str, typer.Option(help="What the winner optimises over the total of the traces: time_per_token (smallest) or speedup_vs_ar (largest).")]
 MinTps = Annotated[float | None, typer.Option("--min-tokens-per-step", help="Winner constraint: total tokens / total steps at least this.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
@@ -79,9 +79,10 @@ def sweep(
     link_bw: LinkBw = None,
     pcie_bw: PcieBw = None,
     cost: CostMode = "full",
-    bw_efficiency: BwEff = 0.8,
-    compute_efficiency: ComputeEff = 0.5,
-    step_overhead: Overhead = "30us",
+    bw_efficiency: BwEff = None,
+    compute_efficiency: ComputeEff = None,
+    profile: Profile = None,
+    step_overhead: Overhead = None,
     draft_time: DraftTime = None,
     executor: Annotated[str, typer.Option(help="local (a process pool) or ray (a Ray cluster; local Ray without --ray-address).")] = "local",
     jobs: Annotated[int | None, typer.Option(min=1, help="Worker processes (local) or CPUs of a local Ray; default: the CPUs available. 1 runs in this process.")] = None,
@@ -117,7 +118,7 @@ def sweep(
         hardware=g.parse_hardware(hardware),
         bandwidths=g.parse_bandwidths(bw),
         placements=g.parse_placements(placement),
-        settings=g.Settings(cost_config(cost, bw_efficiency, compute_efficiency, step_overhead, draft_time),
+        settings=g.Settings(cost_config(cost, bw_efficiency, compute_efficiency, step_overhead, draft_time, profile),
                             peak, link_bw, pcie_bw),
     )
     for p in grid.pricings():
@@ -147,7 +148,8 @@ def sweep(
     summary = {
         "dir": str(d), "results": str(d / "results.parquet"), "winner_file": str(d / "winner.json"),
         "configurations": n_configs, "traces": n_traces, "rows": outcome.results.height, "tasks_run": outcome.tasks,
-        "computed": outcome.computed, "skipped": outcome.skipped, "winner": outcome.winner,
+        "computed": outcome.computed, "skipped": outcome.skipped, "impossible": outcome.impossible,
+        "impossible_reasons": outcome.impossible_reasons, "winner": outcome.winner,
     }
     if as_json:
         print(json.dumps(summary, indent=1))
@@ -156,6 +158,9 @@ def sweep(
     console.print(f"{d}: {n_configs} configurations x {n_traces} trace{'s' * (n_traces != 1)} = {len(outcome.configs)} rows ({outcome.computed} "
                   f"computed, {outcome.skipped} already done) -> results.parquet, winner.json")
     console.print(_winner_table(outcome.winner))
+    if outcome.impossible:
+        console.print(f"[yellow]{outcome.impossible} configurations skipped, their placement does not fit the device: "
+                      f"{'; '.join(outcome.impossible_reasons or [])}[/yellow]")
     if any(t["synthetic"] for t in outcome.winner["traces"]):
         console.print("[yellow]synthetic traces are generated, not measured: their figures illustrate the model only[/yellow]")
 

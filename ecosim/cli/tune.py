@@ -14,7 +14,7 @@ from ecosim.cli.options import (
     Bw, BwEff, ComputeEff, CostMode, DraftTime, Hardware, HardwareArgs, LinkBw, Overhead, PcieBw, Peak, Placement,
     cost_config,
 )
-from ecosim.placement import parse_placement
+from ecosim.placements import parse_placement
 from ecosim.policies.knobs import PREDICTOR
 from ecosim.predictors import check_name
 from ecosim.replay import TraceReplay

@@ -16,7 +16,6 @@ import numpy as np
 from ecosim import bitsets
 from ecosim.acceptance import calibrate, node_values
 from ecosim.auto import auto_order, auto_select
-from ecosim.cache import ExpertCache
 from ecosim.marginal import StepPricer
 from ecosim.policies.base import Context, Knobs, Policy
 from ecosim.policies.knobs import PREDICTOR, VALUE
@@ -31,7 +30,7 @@ def values(ctx: Context, kind: str) -> np.ndarray:
 def pricer(ctx: Context) -> StepPricer:
     c = ctx.cost
     assert c is not None
-    key = ("pricer", c.model, c.device, c.placement, c.config, c.tree_depth, c.draft_bytes)
+    key = ("pricer", c.model, c.device, c.placement, c.config, c.tree_depth, c.draft)
     return ctx.memo(key, lambda: StepPricer.of(c, int(ctx.trees.n_nodes.max(initial=1))))
 
 
@@ -48,10 +47,11 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
     assert cost is not None
     pred, value, p = ctx.predicted(knobs["predictor"]), values(ctx, knobs["value"]), pricer(ctx)
     ctx_len = t.trace.positions["context_len"].astype(np.int64)
-    if cost.placement.kind != "offload":
+    if not cost.placement.stateful:
         return auto_select(t, *auto_order(t, pred, value, p, ctx_len, visited_only=True))
     m, place = ctx.shape, cost.placement
-    cache = ExpertCache(m.num_moe_layers, m.num_experts, place.capacity, place.eviction)
+    cache = place.cache(m)
+    assert cache is not None
     selected = t.depth == 0
     experts = t.trace.experts_3d()
     for _, sl in t.request_slices():

@@ -28,9 +28,7 @@ def union_counts(trees: Trees, selected: np.ndarray, cost: CostModel) -> np.ndar
     rows = np.flatnonzero(selected)
     m = cost.model
     bits = bitsets.pack_groups(trees.trace.experts_3d(), trees.tree_of_row[rows], trees.n_trees, m.num_experts, rows=rows)
-    if cost.placement.kind == "ep":
-        return bitsets.count_per_device(bits, bitsets.device_masks(m.num_experts, cost.placement.devices))
-    return bitsets.count(bits)
+    return cost.placement.union_per_group(bits, m.num_experts)
 
 
 def profiled_cost(trees: Trees, rank: np.ndarray, cost: CostModel, max_budget: int) -> np.ndarray:

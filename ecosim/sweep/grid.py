@@ -31,7 +31,7 @@ from typing import Any
 from ecosim.catalog.devices import Device, get_device
 from ecosim.cost import CostConfig
 from ecosim.errors import EcoSimError
-from ecosim.placement import parse_placement
+from ecosim.placements import parse_placement
 from ecosim.policies import Knob, PolicySpec, registry
 from ecosim.units import parse_quantity
 

@@ -12,7 +12,10 @@ from typing import Any
 
 import polars as pl
 
+from ecosim.catalog.models import ModelShape
+from ecosim.cost import CostModel
 from ecosim.errors import EcoSimError
+from ecosim.placements import parse_placement
 from ecosim.sweep.executors import run_tasks
 from ecosim.sweep.grid import Config, Grid, TraceRef, group_tasks
 from ecosim.sweep.results import SweepDir, atomic_write_text, config_record, trace_fingerprint
@@ -20,7 +23,7 @@ from ecosim.sweep.tasks import batch_tasks
 from ecosim.sweep.winner import choose, versions
 from ecosim.trace.checks import check_manifest
 from ecosim.trace.io import find_traces
-from ecosim.trace.schema import MANIFEST
+from ecosim.trace.schema import MANIFEST, POSITIONS
 
 WINNER = "winner.json"
 # Test hook (tests/test_sweep.py, tests/test_faults.py): "N" sends this process SIGKILL right after
@@ -37,6 +40,8 @@ class Outcome:
     skipped: int  # configurations found done in parts/
     results: pl.DataFrame
     winner: dict[str, Any]
+    impossible: int = 0  # configurations left out: the placement does not fit the device
+    impossible_reasons: list[str] | None = None  # one message per (trace, pricing) left out
 
 
 def trace_refs(paths: list[str | Path]) -> list[tuple[TraceRef, dict[str, Any]]]:
@@ -74,8 +79,11 @@ def run_sweep(
     """
     d = SweepDir(out)
     refs = trace_refs(traces)
-    configs = grid.configs([r for r, _ in refs])
     pricings = grid.pricings()
+    reasons = unfit(grid, refs)
+    configs = [c for c in grid.configs([r for r, _ in refs]) if (c.trace, c.pricing) not in reasons]
+    if not configs:
+        raise EcoSimError(f"no configuration of the sweep fits its hardware: {next(iter(reasons.values()))}")
     meta = {
         "grid": grid.describe(),
         "traces": [{"path": r.path, "name": Path(r.path).name, "fingerprint": r.fingerprint,
@@ -104,4 +112,22 @@ def run_sweep(
     results = d.consolidate(configs)
     winner = choose(results, meta, objective, min_tokens_per_step)
     atomic_write_text(json.dumps(winner, indent=1) + "\n", d.path / WINNER)
-    return Outcome(d.path, configs, len(tasks), len(todo), len(configs) - len(todo), results, winner)
+    skipped_out = len(grid.configs([r for r, _ in refs])) - len(configs)
+    return Outcome(d.path, configs, len(tasks), len(todo), len(configs) - len(todo), results, winner,
+                   skipped_out, sorted(set(reasons.values())))
+
+
+def unfit(grid: Grid, refs: list[tuple[TraceRef, dict[str, Any]]]) -> dict[tuple[TraceRef, Any], str]:
+    """(trace, pricing) pairs whose placement does not fit the device (weights + the KV of the
+    trace's longest context), with the one-line reason the capacity check gives."""
+    out: dict[tuple[TraceRef, Any], str] = {}
+    for ref, manifest in refs:
+        shape = ModelShape.from_manifest(manifest["model"])
+        pos = pl.read_parquet(Path(ref.path) / POSITIONS, columns=["context_len", "n_nodes"])
+        context = int((pos["context_len"].cast(pl.Int64) + pos["n_nodes"].cast(pl.Int64)).max() or 0)
+        for p in grid.pricings():
+            try:
+                CostModel(shape, grid.settings.device(p), parse_placement(p.placement), grid.settings.cost).check(context)
+            except EcoSimError as e:
+                out[(ref, p)] = f"{Path(ref.path).name} {p.placement}: {e}"
+    return out

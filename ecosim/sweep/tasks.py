@@ -23,7 +23,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ecosim.placement import parse_placement
+from ecosim.placements import parse_placement
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
 from ecosim.sweep.grid import Task, TraceRef

@@ -9,6 +9,7 @@ import pytest
 
 from ecosim.catalog.devices import Device, get_device
 from ecosim.catalog.models import ModelShape
+from ecosim.catalog.serving import load_serving
 from ecosim.cost import CostConfig, CostModel
 from validate.calibrate import HUGE, CalibConfig, Samples, deal, fit, measure, predict, profile, union_levels
 from validate.clock import FakeClock
@@ -115,6 +116,11 @@ def test_profile_is_a_device_ecosim_reads(tmp_path):
     assert cost.draft_time(speculative=True) == f.draft_time_s  # the profile's draft time is charged
     assert CostModel(SHAPE, dev, config=CostConfig(draft_time_s=1.0)).draft_time(True) == 1.0  # a flag still wins
     assert len(doc["calibration"]["cases"]) == len(samples.cases()[0])
+    # the same file is a serving profile (`--profile`): the measured terms, nothing it did not measure
+    serving = load_serving(str(path))
+    assert serving.step_fixed_s == f.overhead_s and serving.overlap == "sum"
+    assert serving.kernel_latency_s == 0.0 and serving.collective_latency_s == 0.0 and serving.gemm_tile_rows == 0.0
+    assert cost.terms.serving == serving.name and cost.step_overhead == f.overhead_s
 
 
 def test_deal_gives_exact_unions():

@@ -1,0 +1,58 @@
+"""What one draft forward costs, per draft kind, from a trace manifest's `draft` object.
+
+A speculative step runs `depth` draft forwards (one per tree level); each reads `forward_bytes`
+and runs `forward_kernels` kernels on its critical path, priced by cost.py as
+
+    t_draft = depth * (forward_kernels * kernel_latency + forward_bytes / bw_achieved) + draft_step_fixed
+
+Kinds (the manifest's `draft.kind`; `bytes` and `layers` are used when the manifest gives them):
+- `model`: a separate small model: its `bytes`, `layers` decoder layers of 9 kernels + LM head;
+- `early-exit` (self-speculative): the target's first `layers` layers and its LM head;
+- `mtp`: one MTP module of the target: one MoE decoder layer (top-k experts, its share of the dense
+  weights) plus the target's LM head (DeepSeek-V3's MTP; the shared embedding is a lookup);
+- `eagle3`: an EAGLE-3 head: one dense decoder layer at the target's hidden size (attention 4 h^2,
+  MLP 3 x h x 3h), the fc fusing three hidden states (3 h^2) and a 32k-token draft LM head
+  (EAGLE-3's draft_vocab_size), BF16.
+A synthetic trace (no kind, `bytes` 0) drafts with an EAGLE-3 head: drafting is never free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ecosim.catalog.models import ModelShape
+
+EAGLE3_DRAFT_VOCAB = 32000  # EAGLE-3's draft_vocab_size in its released configs
+BF16 = 2
+
+
+@dataclass(frozen=True)
+class DraftCost:
+    kind: str
+    forward_bytes: float
+    forward_kernels: int
+    assumed: bool  # derived from the target's shape (True) or from the manifest's own numbers
+
+
+def _lm_head(m: ModelShape) -> float:
+    return float(m.vocab_size * m.hidden_size * BF16)
+
+
+def draft_cost(draft: dict[str, Any], model: ModelShape) -> DraftCost:
+    m = model
+    kind = str(draft.get("kind") or ("eagle3" if not draft.get("bytes") else "model"))
+    given = float(draft.get("bytes") or 0)
+    layers = int(draft.get("layers") or 1)
+    layer_dense = (m.dense_bytes - _lm_head(m)) / max(m.num_layers, 1)
+    if kind == "mtp":
+        b = m.top_k * m.expert_bytes + layer_dense + _lm_head(m)
+        return DraftCost(kind, given or b, m.kernels_per_layer(True) + 2, not given)
+    if kind == "early-exit":
+        b = layers * (m.top_k * m.expert_bytes + layer_dense) + _lm_head(m)
+        return DraftCost(kind, given or b, layers * m.kernels_per_layer(True) + 2, not given)
+    if kind == "model":
+        return DraftCost(kind, given, layers * 9 + 2, False)
+    h = m.hidden_size
+    b = (4 * h * h + 9 * h * h + 3 * h * h + EAGLE3_DRAFT_VOCAB * h) * BF16
+    return DraftCost("eagle3", given or b, 5 + 4 + 2, not given)

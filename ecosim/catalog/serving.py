@@ -1,0 +1,101 @@
+"""Serving profiles: how an inference engine spends a batch-1 step beyond the bytes it reads.
+
+A profile is a JSON data file (shipped ones in data/serving/, or a user's own via `--profile FILE`)
+whose fields are the free constants of the step model in cost.py; every field carries units in its
+name and a source in the file's `sources`. `validate calibrate` writes the same fields into the
+hardware profiles it measures, so a calibrated CPU profile carries its own terms.
+
+Precedence, one rule everywhere: an explicit CLI value > the profile's value > the field default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ecosim.errors import EcoSimError
+
+DATA = Path(__file__).parent / "data" / "serving"
+
+
+@dataclass(frozen=True)
+class ServingProfile:
+    """The step model's free constants (see cost.py for the equation they enter)."""
+
+    name: str = "none"
+    step_fixed_s: float = 0.0  # s per verification step: sampling, scheduling, graph launch, LM-head argmax
+    kernel_latency_s: float = 0.0  # s per kernel on a layer's critical path (model's kernels_per_layer)
+    collective_latency_s: float = 0.0  # s per all-reduce or all-to-all round, before its bytes over the link
+    bw_efficiency: float = 1.0  # achieved fraction of peak HBM bandwidth
+    compute_efficiency: float = 1.0  # achieved fraction of dense peak FLOP/s in a full GEMM tile
+    gemm_tile_rows: float = 0.0  # rows (tokens per expert) of a grouped-GEMM tile; 0: no tile quantisation
+    overlap: str = "max"  # "max": memory and compute overlap (GPU roofline); "sum": they add (CPU)
+    memory_fraction: float = 0.9  # fraction of device memory for weights + KV (engine's static pool)
+    draft_step_fixed_s: float = 0.0  # s per speculative step for tree building and the accept walk
+    source: str = ""
+    sources: tuple[tuple[str, str], ...] = ()  # (field, where its value comes from)
+    fitted_on: tuple[str, ...] = ()  # published rows (ids) the fitted fields were fitted on
+
+    def replace(self, **changes: Any) -> ServingProfile:
+        """A copy with every non-None change applied (None means: not given, keep the profile's)."""
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["sources"] = dict(self.sources)
+        d["fitted_on"] = list(self.fitted_on)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], base: ServingProfile | None = None) -> ServingProfile:
+        names = {f.name for f in dataclasses.fields(cls)}
+        kw = {k: v for k, v in data.items() if k in names}
+        if isinstance(kw.get("sources"), dict):
+            kw["sources"] = tuple(sorted((str(k), str(v)) for k, v in kw["sources"].items()))
+        if "fitted_on" in kw:
+            kw["fitted_on"] = tuple(kw["fitted_on"])
+        prof = dataclasses.replace(base or cls(), **kw)
+        if prof.overlap not in ("max", "sum"):
+            raise EcoSimError(f"serving profile {prof.name}: overlap must be max or sum, got {prof.overlap!r}")
+        bad = [f.name for f in dataclasses.fields(cls) if f.type == "float" and not getattr(prof, f.name) >= 0]
+        if bad:
+            raise EcoSimError(f"serving profile {prof.name}: {', '.join(bad)} must be non-negative numbers")
+        return prof
+
+
+def shipped() -> list[str]:
+    return sorted(p.stem for p in DATA.glob("*.json"))
+
+
+def load_serving(name_or_path: str | Path) -> ServingProfile:
+    """A shipped serving profile by name (cuda-graphs, eager) or a JSON file of the same fields."""
+    path = DATA / f"{str(name_or_path).lower()}.json"
+    if not path.is_file():
+        path = Path(name_or_path)
+    if not path.is_file():
+        raise EcoSimError(f"unknown serving profile {str(name_or_path)!r}; shipped: {', '.join(shipped())}, or a .json path")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise EcoSimError(f"{path}: not a readable serving profile ({e})") from None
+    if not isinstance(data, dict):
+        raise EcoSimError(f"{path}: a serving profile is a JSON object of ServingProfile fields")
+    if isinstance(data.get("serving"), dict):  # a hardware profile carrying its own terms
+        data = data["serving"]
+    elif "calibration" in data:  # a calibrated hardware profile written before profiles carried serving terms
+        data = {"name": data.get("name", path.stem), "step_fixed_s": data.get("step_overhead_s") or 0.0,
+                "overlap": data.get("overlap") or "sum", "source": data.get("source", "")}
+    data.setdefault("name", path.stem)
+    try:
+        return ServingProfile.from_dict(data)
+    except TypeError as e:
+        raise EcoSimError(f"{path}: not a serving profile ({e})") from None
+
+
+DEFAULT_SERVING = "cuda-graphs"
+# What a measured hardware profile means when it names no serving terms: only what it measured
+# (calibrated step overhead, efficiencies 1, no per-layer or collective terms).
+MEASURED = ServingProfile(name="measured", source="terms a `validate calibrate` profile did not measure are zero")

@@ -1,0 +1,283 @@
+"""The step model against published measurements (`ecosim fidelity`).
+
+Every row of catalog/data/published.json whose setting the simulator can reproduce (`sim`) is
+predicted from a synthetic trace of its model shape (dtype applied), on its hardware and
+placement, after its context:
+
+- plain decode (tok/s or ms/token): `ar` over the trace, seconds per token;
+- speculative rows: the generator's acceptance knob is bisected until `confidence` at the row's
+  budget (verified tokens - 1) on trees of its depth and top-k accepts the row's mean accept length
+  (bonus token included); the speedup is ar's time per token over confidence's, the draft priced
+  by its kind (catalog/drafts.py);
+- step-time ratios: confidence's seconds per step over ar's (draft included, as the rows are).
+
+Every predicted time is linear in the serving profile's free constants theta = (step_fixed_s,
+kernel_latency_s, collective_latency_s, draft_step_fixed_s): t(theta) = r + f . theta (they only
+add terms, outside any max), so each row is priced five times (theta = 0 and each unit vector)
+and fits are exact linear algebra: theta minimises the relative error of seconds per token over
+the declared fit set (`fit: true`: plain rows and speculative tok/s rows), non-negative, and
+leave-one-out refits without each fit row to predict it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ecosim.catalog.devices import get_device
+from ecosim.catalog.drafts import draft_cost
+from ecosim.catalog.models import ModelShape, get_model
+from ecosim.catalog.serving import ServingProfile
+from ecosim.cost import CostConfig, CostModel
+from ecosim.errors import EcoSimError
+from ecosim.placements import parse_placement
+from ecosim.policies import PolicySpec
+from ecosim.replay import TraceReplay
+from ecosim.synth import SynthConfig, synthesize
+from ecosim.trace.io import Trace, full_manifest
+
+PUBLISHED = Path(__file__).parent / "catalog" / "data" / "published.json"
+FREE = ("step_fixed_s", "kernel_latency_s", "collective_latency_s", "draft_step_fixed_s")
+BITS = {"bf16": 16.0, "fp8": 8.0, "int8": 8.0, "mxfp4": 4.25, "nvfp4": 4.5}  # per weight, block scales included
+PLAIN = ("decode_tok_s", "decode_ms_per_token")
+METRICS = (*PLAIN, "spec_speedup", "spec_tok_s", "verify_step_ratio")
+POSITIONS = 64  # per request of a synthetic trace; 2 requests
+
+
+def load_rows(path: Path = PUBLISHED) -> list[dict[str, Any]]:
+    """The published rows, each checked: a URL, a known metric, a positive value."""
+    try:
+        rows = json.loads(path.read_text())["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise EcoSimError(f"{path}: not a published-measurements table ({e})") from None
+    for r in rows:
+        if not str(r.get("url", "")).startswith("http") or r.get("metric") not in METRICS:
+            raise EcoSimError(f"{path}: row {r.get('id')!r} needs an http(s) url and a metric in {', '.join(METRICS)}")
+        if not isinstance(r.get("value"), (int, float)) or r["value"] <= 0:
+            raise EcoSimError(f"{path}: row {r['id']!r}: value must be a positive number")
+    return rows
+
+
+def at_dtype(shape: ModelShape, dtype: str) -> ModelShape:
+    """The shape with routed experts stored at `dtype`; a BF16 model served in FP8/INT8 halves its
+    dense weights too (the BF16 LM head excepted)."""
+    bpp = BITS[dtype] / 8
+    dense = shape.dense_bytes
+    if bpp == 1.0 and shape.bytes_per_param == 2.0:
+        head = shape.vocab_size * shape.hidden_size * 2
+        dense = head + (dense - head) // 2
+    return dataclasses.replace(shape, expert_bytes=round(shape.expert_params * bpp), dense_bytes=int(dense),
+                               bytes_per_param=bpp, name=f"{shape.name} ({dtype})")
+
+
+@dataclass(frozen=True)
+class Linear:
+    """Seconds as r + f . theta over the free constants FREE."""
+
+    r: float
+    f: tuple[float, ...]
+
+    def at(self, theta: np.ndarray) -> float:
+        return float(self.r + np.dot(self.f, theta))
+
+
+@dataclass
+class Priced:
+    """A row's predicted times (linear in theta) and the synthetic trace's accept length."""
+
+    plain_token: Linear  # ar, seconds per token
+    spec_token: Linear | None = None  # confidence, seconds per token
+    spec_step: Linear | None = None  # confidence, seconds per step
+    plain_step: Linear | None = None
+    accept_len: float | None = None
+    accept_knob: float | None = None
+
+
+def _trace(shape: ModelShape, cfg: SynthConfig) -> Trace:
+    manifest, positions, nodes = synthesize(shape, cfg)
+    return Trace(Path(f"synthetic-{shape.name}"), full_manifest(manifest), positions, nodes)
+
+
+def _linear(replay: TraceReplay, spec: PolicySpec, costs: list[CostModel], per: str) -> Linear:
+    rows = [replay.run(spec, c) for c in costs]
+    denom = [float(x.tokens if per == "token" else x.steps) for x in rows]
+    t = [x.time_s / d for x, d in zip(rows, denom)]
+    return Linear(t[0], tuple(x - t[0] for x in t[1:]))
+
+
+def _costs(shape: ModelShape, sim: dict[str, Any], base: ServingProfile, depth: int) -> list[CostModel]:
+    device = get_device(sim["hardware"]).replace(link_bw=sim.get("link_bw"))
+    place = parse_placement(sim["placement"])
+    draft = draft_cost({"kind": sim.get("draft", "eagle3")}, shape)
+    out = []
+    for unit in (None, *FREE):
+        prof = base.replace(**{k: (1.0 if k == unit else 0.0) for k in FREE})
+        out.append(CostModel(shape, device, place, CostConfig(serving=prof), tree_depth=depth, draft=draft))
+    out[0].check(int(sim["context"]) + POSITIONS + 64)
+    return out
+
+
+def price_row(row: dict[str, Any], base: ServingProfile) -> Priced:
+    """The row's times under `base` with theta free (see the module docstring)."""
+    return _price(json.dumps(row["sim"], sort_keys=True), row["metric"] in PLAIN, base)
+
+
+@lru_cache(maxsize=256)
+def _price(sim_json: str, plain: bool, base: ServingProfile) -> Priced:
+    """price_row's work, shared by rows of one setting (a tok/s row and its speedup row)."""
+    sim = json.loads(sim_json)
+    shape = at_dtype(get_model(sim["model"]), sim["dtype"])
+    ctx = int(sim["context"])
+    if plain:
+        replay = TraceReplay(_trace(shape, SynthConfig(requests=2, positions=POSITIONS, depth=1, topk=1, max_nodes=1, prompt_len=ctx)))
+        return Priced(_linear(replay, PolicySpec("ar"), _costs(shape, sim, base, 0), "token"))
+    depth, topk, verified = int(sim["depth"]), int(sim["topk"]), int(sim["verified"])
+    budget = verified - 1
+    nodes = max(budget, min(topk + (depth - 1) * topk * topk, 64))
+    spec = PolicySpec("confidence", budget)
+
+    def replay_at(accept: float) -> tuple[TraceReplay, float]:
+        cfg = SynthConfig(requests=2, positions=POSITIONS, depth=depth, topk=topk, max_nodes=nodes, accept=accept, prompt_len=ctx)
+        r = TraceReplay(_trace(shape, cfg))
+        steps = r.steps(spec)
+        return r, float(steps.tokens.sum() / len(steps))
+
+    lo, hi = 0.0, 1.0
+    best: tuple[float, TraceReplay, float] | None = None
+    for _ in range(8):  # bisection on the generator's acceptance knob
+        mid = (lo + hi) / 2
+        r, al = replay_at(mid)
+        if best is None or abs(al - sim["accept_len"]) < abs(best[2] - sim["accept_len"]):
+            best = (mid, r, al)
+        lo, hi = (mid, hi) if al < sim["accept_len"] else (lo, mid)
+    assert best is not None
+    knob, replay, al = best
+    costs = _costs(shape, sim, base, depth)
+    return Priced(_linear(replay, PolicySpec("ar"), costs, "token"), _linear(replay, spec, costs, "token"),
+                  _linear(replay, spec, costs, "step"), _linear(replay, PolicySpec("ar"), costs, "step"), al, knob)
+
+
+def predict(row: dict[str, Any], p: Priced, theta: np.ndarray) -> float:
+    """The row's metric as the simulator predicts it under theta."""
+    m = row["metric"]
+    t = p.plain_token.at(theta)
+    if m == "decode_tok_s":
+        return 1.0 / t
+    if m == "decode_ms_per_token":
+        return 1e3 * t
+    assert p.spec_token is not None and p.spec_step is not None and p.plain_step is not None
+    if m == "spec_speedup":
+        return t / p.spec_token.at(theta)
+    if m == "spec_tok_s":
+        return 1.0 / p.spec_token.at(theta)
+    return p.spec_step.at(theta) / p.plain_step.at(theta)
+
+
+def _seconds(row: dict[str, Any]) -> float:
+    """The seconds per token a time row publishes (tok/s rows inverted)."""
+    return row["value"] / 1e3 if row["metric"] == "decode_ms_per_token" else 1.0 / row["value"]
+
+
+def _time(row: dict[str, Any], p: Priced) -> Linear:
+    """The predicted seconds per token a time row is compared with."""
+    if row["metric"] == "spec_tok_s":
+        assert p.spec_token is not None
+        return p.spec_token
+    return p.plain_token
+
+
+def fit_theta(rows: list[dict[str, Any]], priced: dict[str, Priced]) -> np.ndarray:
+    """Non-negative theta minimising sum ((t(theta) - y) / y)^2 over plain rows (every subset of
+    active constants solved by least squares; 3 constants, so 7 subsets)."""
+    use = [r for r in rows if r["metric"] in (*PLAIN, "spec_tok_s") and r["id"] in priced]
+    if not use:
+        raise EcoSimError("fidelity: no plain-decode or speculative tok/s row in the fit set")
+    y = np.array([_seconds(r) for r in use])
+    lin = [_time(r, priced[r["id"]]) for r in use]
+    X = np.array([x.f for x in lin]) / y[:, None]
+    b = (y - np.array([x.r for x in lin])) / y
+    n = len(FREE)
+    best, err = np.zeros(n), float(np.sum(b**2))
+    for k in range(1, n + 1):
+        for cols in itertools.combinations(range(n), k):
+            sol, *_ = np.linalg.lstsq(X[:, cols], b, rcond=None)
+            if (sol < 0).any():
+                continue
+            theta = np.zeros(n)
+            theta[list(cols)] = sol
+            e = float(np.sum((X @ theta - b) ** 2))
+            if e < err:
+                best, err = theta, e
+    return best
+
+
+@dataclass
+class Result:
+    row: dict[str, Any]
+    predicted: float
+    error: float  # (predicted - published) / published
+    loo_error: float | None  # the same with theta fitted without this row (fit rows only)
+    accept_len: float | None
+
+
+def run(base: ServingProfile, fit: bool = True, rows: list[dict[str, Any]] | None = None,
+        progress: Callable[[str], None] | None = None) -> tuple[list[Result], np.ndarray, list[dict[str, Any]]]:
+    """Predict every row; returns the results, the theta used, and the rows not predicted."""
+    rows = load_rows() if rows is None else rows
+    todo = [r for r in rows if r.get("sim")]
+    priced: dict[str, Priced] = {}
+    for r in todo:
+        if progress:
+            progress(r["id"])
+        priced[r["id"]] = price_row(r, base)
+    fit_rows = [r for r in todo if r.get("fit")]
+    theta = fit_theta(fit_rows, priced) if fit else np.array([getattr(base, k) for k in FREE])
+    out = []
+    for r in todo:
+        p = priced[r["id"]]
+        pred = predict(r, p, theta)
+        loo = None
+        if fit and r.get("fit"):
+            others = [x for x in fit_rows if x["id"] != r["id"]]
+            loo = predict(r, p, fit_theta(others, priced)) / r["value"] - 1 if others else None
+        out.append(Result(r, pred, pred / r["value"] - 1, loo, p.accept_len))
+    return out, theta, [r for r in rows if not r.get("sim")]
+
+
+def summary(results: list[Result]) -> dict[str, Any]:
+    """Per group of metric: count, median and worst absolute error, within 15% / 30% (plain on
+    held-out rows and on all rows; leave-one-out over the plain rows), sign right for speedups."""
+    def stats(errs: list[float]) -> dict[str, Any]:
+        a = np.abs(np.array(errs))
+        if not len(a):
+            return {"rows": 0}
+        return {"rows": int(len(a)), "median_abs_error": float(np.median(a)), "worst_abs_error": float(a.max()),
+                "within_15pct": int((a <= 0.15).sum()), "within_30pct": int((a <= 0.30).sum()),
+                "within_10pct": int((a <= 0.10).sum())}
+
+    plain = [x for x in results if x.row["metric"] in PLAIN]
+    out: dict[str, Any] = {
+        "plain_all": stats([x.error for x in plain]),
+        "plain_held_out": stats([x.error for x in plain if not x.row.get("fit")]),
+        "plain_fit_set": stats([x.error for x in plain if x.row.get("fit")]),
+        "plain_leave_one_out": stats([x.loo_error if x.loo_error is not None else x.error for x in plain]),
+    }
+    sp = [x for x in results if x.row["metric"] == "spec_speedup"]
+    out["spec_speedup"] = {**stats([x.error for x in sp]),
+                           "sign_right": int(sum((x.predicted > 1) == (x.row["value"] > 1) for x in sp))}
+    out["spec_tok_s"] = stats([x.error for x in results if x.row["metric"] == "spec_tok_s"])
+    out["verify_step_ratio"] = stats([x.error for x in results if x.row["metric"] == "verify_step_ratio"])
+    return out
+
+
+def fitted_profile(base: ServingProfile, theta: np.ndarray, fit_ids: list[str]) -> ServingProfile:
+    """`base` with theta written in and the rows it was fitted on."""
+    return dataclasses.replace(base, **{k: float(v) for k, v in zip(FREE, theta)}, fitted_on=tuple(fit_ids))

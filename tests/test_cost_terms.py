@@ -1,0 +1,158 @@
+"""Every term of the step model (cost.py) on cases worked by hand, and its monotone properties."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import ROOT
+
+from ecosim.catalog.devices import Device, get_device
+from ecosim.catalog.drafts import DraftCost, draft_cost
+from ecosim.catalog.models import ModelShape, get_model
+from ecosim.catalog.serving import ServingProfile, load_serving
+from ecosim.cost import CostConfig, CostModel
+from ecosim.placements import parse_placement
+
+# One MoE layer (GQA, no shared expert: 5 + 7 = 12 kernels), 8 experts of 1000 bytes and 96 parameters
+# (3 x hidden 4 x intermediate 8), top-2, dense 500 bytes = 250 parameters, 10 KV bytes per token.
+SHAPE = ModelShape(name="hand", family="qwen3_moe", num_layers=1, moe_layers=(0,), num_experts=8, top_k=2,
+                   num_shared_experts=0, hidden_size=4, moe_intermediate_size=8, vocab_size=16, expert_bytes=1000,
+                   dense_bytes=500, kv_bytes_per_token=10, bytes_per_param=2.0)
+DEVICE = Device("hand", hbm_bw=1000.0, hbm_bytes=0.0, peak_bf16=1000.0, peak_fp8=1000.0, link_bw=16.0, pcie_bw=100.0)
+PROFILE = ServingProfile(name="hand", step_fixed_s=1.0, kernel_latency_s=0.1, collective_latency_s=0.5, bw_efficiency=0.5,
+                         compute_efficiency=1.0, gemm_tile_rows=0.0, overlap="sum", memory_fraction=1.0)
+N, CTX = np.array([2]), np.array([8])
+
+
+def cost(placement: str = "hbm", **changes) -> CostModel:
+    return CostModel(SHAPE, DEVICE, parse_placement(placement), CostConfig(serving=PROFILE.replace(**changes)))
+
+
+def bits(*experts: int) -> np.ndarray:
+    """(1 step, 1 layer, 1 word) bitset of the given experts."""
+    return np.array([[[sum(1 << e for e in experts)]]], dtype=np.uint64)
+
+
+def step(c: CostModel, *experts: int, speculative: bool = False) -> float:
+    union = c.placement.union_per_group(bits(*experts), SHAPE.num_experts)
+    return float(c.step_times(union, N, CTX, speculative)[0])
+
+
+def test_one_layer_one_device_by_hand():
+    # fixed 1 + 12 kernels x 0.1 = 2.2; experts 3 x 1000 / (1000 x 0.5) = 6 + FLOPs 2 x 2 tokens x 2 x 96 / 1000 = 0.768;
+    # dense 500 / 500 = 1 + 2 x 2 x 250 / 1000 = 1; KV (8 + 2) x 10 / 500 = 0.2
+    assert step(cost(), 0, 1, 5) == pytest.approx(2.2 + 6.768 + 2.0 + 0.2)
+
+
+def test_overlap_max_takes_the_larger_of_memory_and_compute():
+    assert step(cost(overlap="max"), 0, 1, 5) == pytest.approx(2.2 + 6.0 + 1.0 + 0.2)
+
+
+def test_tp2_by_hand():
+    # experts: each device reads half of each of the 3: 1.5 x 1000 / 500 = 3, FLOPs halved 0.384;
+    # 2 all-reduces of n h 2 = 16 bytes, ring 2 (D-1)/D = 1 x 16 / 16 B/s = 1 s + 0.5 latency each: 3;
+    # dense halved: 0.5 + 0.5; KV halved: 0.1
+    assert step(cost("tp:2"), 0, 1, 5) == pytest.approx(2.2 + 3.384 + 3.0 + 1.0 + 0.1)
+
+
+def test_ep2_by_hand():
+    # experts 0-3 on device 0, 4-7 on device 1: {0, 1, 5} reads 2 on device 0 (the straggler): 2 x 1000 / 500 = 4,
+    # FLOPs halved 0.384; one all-reduce (attention) 1.5; two all-to-alls of (G-1)/G x n k h 2 = 16 bytes: 2 x (0.5 + 1);
+    # dense 1.0, KV 0.1
+    assert step(cost("ep:2"), 0, 1, 5) == pytest.approx(2.2 + 4.384 + 1.5 + 3.0 + 1.0 + 0.1)
+
+
+def test_tp2_ep2_by_hand():
+    # 4 devices, 2 groups of 2: device of group 0 reads half of experts 0 and 1: 1000 / 500 = 2; FLOPs / 4 = 0.192;
+    # 2 all-reduces of 2 (D-1)/D = 1.5 x 16 bytes: 2 x (0.5 + 1.5) = 4; 2 all-to-alls 2 x (0.5 + 1) = 3;
+    # dense and KV over 4: 0.25 + 0.25, 0.05
+    assert step(cost("tp:2+ep:2"), 0, 1, 5) == pytest.approx(2.2 + 2.192 + 4.0 + 3.0 + 0.5 + 0.05)
+
+
+def test_grouped_gemm_tile_quantisation():
+    # 2 tokens x top-2 over 3 experts = 4/3 tokens per expert in a 4-row tile: efficiency 1/3, FLOPs time x3
+    assert step(cost(gemm_tile_rows=4.0), 0, 1, 5) == pytest.approx(2.2 + 6.0 + 3 * 0.768 + 2.0 + 0.2)
+
+
+def test_draft_by_hand():
+    c = CostModel(SHAPE, DEVICE, config=CostConfig(serving=PROFILE.replace(draft_step_fixed_s=0.25)), tree_depth=3,
+                  draft=DraftCost("eagle3", 250.0, 4, False))
+    # 3 forwards x (4 kernels x 0.1 + 250 / 500) + 0.25
+    assert c.draft_time(True) == pytest.approx(2.95)
+    assert step(c, 0, 1, 5, speculative=True) - step(c, 0, 1, 5) == pytest.approx(2.95)
+    assert CostModel(SHAPE, DEVICE, config=CostConfig(serving=PROFILE, draft_time_s=0.5), tree_depth=3,
+                     draft=DraftCost("eagle3", 250.0, 4, False)).draft_time(True) == 0.5  # a flag wins
+
+
+def test_synthetic_traces_do_not_draft_for_free():
+    d = draft_cost({"name": "synthetic", "params": 0, "bytes": 0}, get_model("qwen3-30b-a3b"))
+    assert d.kind == "eagle3" and d.forward_bytes > 0 and d.forward_kernels > 0 and d.assumed
+    mtp = draft_cost({"kind": "mtp"}, get_model("deepseek-v3.1"))
+    assert mtp.forward_bytes > 8 * get_model("deepseek-v3.1").expert_bytes
+
+
+def test_experts_only_is_the_union_at_raw_bandwidth():
+    for placement, want in (("hbm", 3.0), ("tp:2", 1.5), ("ep:2", 2.0)):
+        c = CostModel(SHAPE, DEVICE, parse_placement(placement), CostConfig(mode="experts-only", serving=PROFILE))
+        assert step(c, 0, 1, 5, speculative=True) == pytest.approx(want)
+
+
+def test_cli_value_beats_profile_beats_default():
+    assert cost().terms.bw_efficiency == 0.5
+    c = CostModel(SHAPE, DEVICE, config=CostConfig(serving=PROFILE, bw_efficiency=0.25, step_overhead_s=0.0))
+    assert c.terms.bw_efficiency == 0.25 and c.terms.step_fixed_s == 0.0  # an explicit 0 is a value, not "unset"
+    default = CostModel(SHAPE, get_device("h200"))
+    assert default.terms.serving == "cuda-graphs" and default.terms.bw_efficiency == load_serving("cuda-graphs").bw_efficiency
+
+
+def test_shipped_profiles_name_a_source_for_every_constant():
+    for name in ("cuda-graphs", "eager"):
+        p = load_serving(name)
+        assert p.source and {k for k, _ in p.sources} >= {"step_fixed_s", "kernel_latency_s", "collective_latency_s",
+                                                          "bw_efficiency", "gemm_tile_rows", "memory_fraction"}
+
+
+MODEL = get_model("qwen3-30b-a3b")
+L = MODEL.num_moe_layers
+
+
+@settings(max_examples=60, deadline=None)
+@given(placement=st.sampled_from(["hbm", "tp:2", "ep:4", "tp:2+ep:2"]), n=st.integers(1, 64), extra=st.integers(1, 64),
+       u=st.integers(1, 32), du=st.integers(0, 32), c=st.integers(0, 8192), dc=st.integers(0, 8192),
+       bw=st.floats(1e11, 1e13), more=st.floats(1.0, 4.0), mode=st.sampled_from(["full", "experts-only"]))
+def test_more_work_never_costs_less_and_more_bandwidth_never_more(placement, n, extra, u, du, c, dc, bw, more, mode):
+    place = parse_placement(placement)
+    dev = get_device("h100").replace(hbm_bw=bw)
+
+    def t(tokens, union, ctx, b=bw):
+        cm = CostModel(MODEL, dev.replace(hbm_bw=b), place, CostConfig(mode=mode))
+        per = np.full((1, L, place.groups), union, dtype=np.float64)
+        return float(cm.step_times(per, np.array([tokens]), np.array([ctx]), speculative=True)[0])
+
+    base = t(n, u, c)
+    assert t(n + extra, u, c) >= base - 1e-15
+    assert t(n, u + du, c) >= base - 1e-15
+    assert t(n, u, c + dc) >= base - 1e-15
+    assert t(n, u, c, bw * more) <= base + 1e-15
+
+
+def test_cli_profile_file_and_footer_name_every_value(tmp_path):
+    prof = tmp_path / "mine.json"
+    prof.write_text(json.dumps({"name": "mine", "step_fixed_s": 0.001, "kernel_latency_s": 0.0, "bw_efficiency": 0.5}))
+    args = [sys.executable, "-m", "ecosim.cli", "replay", str(ROOT / "traces" / "qa"), "--policy", "ar", "--profile", str(prof)]
+    r = subprocess.run([*args, "--json"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr
+    terms = json.loads(r.stdout)["used"]
+    assert terms["serving"] == "mine" and terms["step_fixed_s"] == 0.001 and terms["kernel_latency_s"] == 0.0
+    assert terms["bw_efficiency"] == 0.5 and terms["collective_latency_s"] == 0.0  # absent fields: the field default
+    r = subprocess.run([*args, "--bw-efficiency", "0.25"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0 and "used: profile mine: step fixed 1000 us" in r.stdout and "bw eff 0.25" in r.stdout
+    bad = subprocess.run([*args[:-1], str(tmp_path / "nope.json")], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert bad.returncode == 2 and "serving profile" in bad.stderr
