@@ -79,7 +79,7 @@ def one(report: Report, label: str, r: TraceReplay, hardware: str, placement: st
     t["eagle2_default"] = r.run(PolicySpec("eagle2-default"), cost).time_per_token_s
     t["sglang_default"] = r.run(PolicySpec("sglang-default"), cost).time_per_token_s
     t["vllm_chain_best"], chain = best(r, [PolicySpec("vllm-chain", n) for n in range(1, depth + 1)], cost)
-    kind = "synthetic" if trace.synthetic else "real"
+    kind = trace.provenance  # real, hybrid or synthetic
     b = f"quality.{label}.{hardware}.{placement.replace(':', '')}"
     where = f"{kind}, {trace.model.name}, {hardware} {placement}, {trace.n_trees} positions"
     notes = {"ar": where, "confidence_best": f"budget {conf.budget}",

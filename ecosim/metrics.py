@@ -15,6 +15,9 @@
 - tokens_per_s: tokens / time_s, the decoding rate of one request stream (1 / time_per_token_s).
 - speedup_vs_ar: time_per_token of `ar` / time_per_token of this policy, same cost model.
 - oracle_fraction: time of the `oracle` bound / time of this policy (1.0 = as good as possible).
+- provenance: the trace's, as the reader gives it (real, hybrid, synthetic); a total over traces
+  of different provenances is `mixed`. `synthetic` (kept for readers of older results files) is
+  derived: provenance is not `real`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ class Row:
     """One policy's replay of one trace (or the total over traces)."""
 
     trace: str
-    synthetic: bool
+    provenance: str  # real, hybrid, synthetic (trace.io.provenance_of), or mixed for a total
     requests: int
     tokens: int
     steps: int
@@ -38,6 +41,11 @@ class Row:
     time_s: float
     speedup_vs_ar: float | None = None
     oracle_fraction: float | None = None
+
+    @property
+    def synthetic(self) -> bool:
+        """Not a measurement throughout (hybrid, synthetic, or a total including either)."""
+        return self.provenance != "real"
 
     @property
     def tokens_per_step(self) -> float:
@@ -68,6 +76,7 @@ class Row:
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
         d.update(
+            synthetic=self.synthetic,
             tokens_per_step=self.tokens_per_step,
             experts_per_step=self.experts_per_step,
             expert_bytes_per_token=self.expert_bytes_per_token,
@@ -82,7 +91,7 @@ def total(rows: list[Row], name: str = "total") -> Row:
     """Sums tokens, steps and time over traces; the ratios are recomputed from the sums."""
     return Row(
         trace=name,
-        synthetic=any(r.synthetic for r in rows),
+        provenance=provenance_of_rows(rows),
         requests=sum(r.requests for r in rows),
         tokens=sum(r.tokens for r in rows),
         steps=sum(r.steps for r in rows),
@@ -92,3 +101,9 @@ def total(rows: list[Row], name: str = "total") -> Row:
         pcie_bytes=sum(r.pcie_bytes for r in rows),
         time_s=sum(r.time_s for r in rows),
     )
+
+
+def provenance_of_rows(rows: list[Row]) -> str:
+    """The one provenance the rows share, or `mixed` (no rows: `real`, as an empty total always was)."""
+    kinds = {r.provenance for r in rows}
+    return kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "real")

@@ -307,7 +307,7 @@ def make_row(trace: Trace, steps: Steps, n_steps: int, loads: int, misses: float
     eb = float(trace.model.expert_bytes)
     return Row(
         trace=trace.name,
-        synthetic=trace.synthetic,
+        provenance=trace.provenance,
         requests=len(trace.manifest["requests"]) if requests is None else requests,
         tokens=int(steps.tokens.sum()),
         steps=n_steps,

@@ -1,4 +1,4 @@
-"""Shared by the report notebooks: figure style, saving, and labelling real vs synthetic data."""
+"""Shared by the report notebooks: figure style, saving, and labelling real, hybrid and synthetic data."""
 
 from __future__ import annotations
 
@@ -24,14 +24,17 @@ def load_traces(root: str | Path) -> list[Trace]:
 
 
 def real_or_all(root: str | Path) -> tuple[list[Trace], str]:
-    """The real traces under `root`, or every trace when none is real; and which it was."""
+    """The real traces under `root`, or every trace when none is real; and which it was (the
+    traces' provenance, hybrid or synthetic, or `mixed` when they differ)."""
     traces = load_traces(root)
-    real = [t for t in traces if not t.synthetic]
-    return (real, "real") if real else (traces, "synthetic")
+    real = [t for t in traces if t.provenance == "real"]
+    kinds = {t.provenance for t in traces}
+    return (real, "real") if real else (traces, kinds.pop() if len(kinds) == 1 else "mixed")
 
 
 def kind(trace: Trace) -> str:
-    return "synthetic" if trace.synthetic else "real"
+    """real, hybrid or synthetic, as the trace reader gives it."""
+    return trace.provenance
 
 
 def task_of(trace: Trace) -> str:

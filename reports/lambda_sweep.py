@@ -26,10 +26,10 @@ from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
-from reports._common import real_or_all, save
+from reports._common import kind, real_or_all, save
 
 real, data = real_or_all(traces)
-print("replayed:", ", ".join(f"{t.name} ({'synthetic' if t.synthetic else 'real'})" for t in real))
+print("replayed:", ", ".join(f"{t.name} ({kind(t)})" for t in real))
 replays = [TraceReplay(t) for t in real]
 lambdas = np.round(np.arange(0, 2.01, 0.1), 2)
 settings = [("h200", "1TB/s", "hbm"), ("h200", None, "hbm"), ("h200", None, "ep:4"), ("h200", None, "offload:8")]

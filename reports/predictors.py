@@ -54,11 +54,11 @@ from ecosim.placements import parse_placement
 from ecosim.sweep.grid import Pricing, parse_axis, parse_placements
 from ecosim.synth import SynthConfig, write_synthetic
 from ecosim.trace.io import read_trace
-from reports._common import real_or_all, save
+from reports._common import kind, real_or_all, save
 
 t0 = time.time()
 real, data = real_or_all(traces)
-print("replayed:", ", ".join(f"{t.name} ({'synthetic' if t.synthetic else 'real'})" for t in real))
+print("replayed:", ", ".join(f"{t.name} ({kind(t)})" for t in real))
 lams = parse_axis("lambda", lambdas)
 pricings = [Pricing("h200", None, p) for p in parse_placements(placements)]
 doc = to_dict(compare(real, list(PREDICTORS), budget, lams, pricings), budget, lams, "difference", 4)
@@ -83,8 +83,8 @@ for ax, grp, E in zip(axes, [doc["groups"][0], sdoc["groups"][0]], [real[0].mode
         ax.plot(np.arange(len(per)), per, marker="osD^"[i % 4] if len(per) < 10 else ".", ls=["-", "--", "-.", ":"][i % 4],
                 color=f"C{i}", label=f"{name} (overall {r['recall']:.3f})")
     ax.axhline(grp["top_k"] / E, color="grey", ls=":", label=f"random guess (k/E = {grp['top_k']}/{E})")
-    kind = "synthetic" if grp["synthetic"] else data
-    ax.set_title(f"{kind}: {grp['model']} ({len(grp['traces'])} trace(s))", fontsize=10)
+    what = data if grp is doc["groups"][0] else "synthetic"  # left: the traces replayed; right: generated
+    ax.set_title(f"{what}: {grp['model']} ({len(grp['traces'])} trace(s))", fontsize=10)
     ax.set_xlabel("MoE layer (index among the MoE layers)")
     ax.set_ylabel(f"recall@{grp['top_k']} (share of true top-{grp['top_k']} predicted)")
     ax.set_ylim(0, 1.05)

@@ -334,7 +334,7 @@ def test_compare_best_lambda_never_loses_to_confidence_and_the_oracle_keeps_all_
 
 
 def _point(lam: float, time_s: float, tokens: int = 10) -> Point:
-    return Point(lam, Row("t", False, 1, tokens, 5, 9, 20, 20.0, 0.0, time_s))
+    return Point(lam, Row("t", "real", 1, tokens, 5, 9, 20, 20.0, 0.0, time_s))
 
 
 def test_compare_best_lambda_ties_and_gain_fractions_by_hand() -> None:

@@ -19,9 +19,8 @@ from conftest import ROOT, tiny_trace
 from ecosim.sweep.runner import KILL_AFTER_PART
 from ecosim.cli import main
 from ecosim.errors import EcoSimError
-from ecosim.metrics import Row
 from ecosim.sweep import grid as g
-from ecosim.sweep.results import RAW_SCHEMA
+from ecosim.sweep.results import row_of
 from ecosim.sweep.winner import check_winner
 from ecosim.trace.io import write_trace
 
@@ -281,7 +280,7 @@ def test_ray_missing_says_how_to_install(traces, tmp_path, capsys, monkeypatch):
 def test_raw_rows_rebuild_metrics_rows(swept):
     """results.parquet's derived columns are metrics.Row's, recomputed from its raw fields."""
     for rec in _frame(swept).head(20).iter_rows(named=True):
-        d = Row(**{k: rec[k] for k in RAW_SCHEMA}).to_dict()
+        d = row_of(rec).to_dict()
         assert all(rec[k] == d[k] for k in d if k not in ("speedup_vs_ar", "oracle_fraction"))
 
 

@@ -122,7 +122,7 @@ def warnings(measured: dict[str, Any], profile_doc: dict[str, Any], trace: Any) 
     for w in (cal.get("fit") or {}).get("warnings", []):
         out.append(f"calibration: {w}")
     if trace.synthetic:
-        out.append("the trace is synthetic")
+        out.append(f"the trace is {trace.provenance}")
     return out
 
 

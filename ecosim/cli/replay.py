@@ -28,6 +28,7 @@ from ecosim.simulate import Engine, PolicyResult, compare, cost_model
 from ecosim.stream import StreamedReplay
 from ecosim.units import parse_quantity
 from ecosim.trace.io import find_traces, read_trace
+from ecosim.trace.schema import provenance_notes
 
 
 
@@ -64,9 +65,7 @@ def _table(results: list[PolicyResult], title: str) -> Table:
     for i, name in enumerate(names):
         for j, res in enumerate(results):
             row = res.rows[i] if i < n else res.total
-            kind = "synthetic" if row.synthetic else "real"
-            if i == n:
-                kind = "mixed" if any(r.synthetic for r in res.rows) and not all(r.synthetic for r in res.rows) else kind
+            kind = row.provenance  # a total over traces of different provenances: mixed
             t.add_row(
                 name if j == 0 else "", kind if j == 0 else "", res.spec.label(),
                 f"{row.tokens_per_step:.3f}", f"{row.experts_per_step:.1f}",
@@ -108,7 +107,7 @@ def replay(
     """Replay selection policies over recorded (or synthetic) traces and compare them.
 
     Every policy's time is compared with plain decoding (`ar`) and with the oracle bound under the
-    same cost model. Real and synthetic traces are labelled in the output.
+    same cost model. Each trace is labelled real, hybrid or synthetic in the output.
     """
     knobs = knobs or {}
     names = [registry.get(policy).name] if policy is not None else list(registry.names())
@@ -176,8 +175,8 @@ def replay(
     for key, metrics in serving.items():
         console.print(serving_text(key, metrics), markup=False, highlight=False)
     console.print(f"[dim]not modelled: {'; '.join(NOT_MODELLED)}[/dim]")
-    if any(r.synthetic for r in results[0].rows):
-        console.print("[yellow]synthetic traces are generated, not measured: their figures illustrate the model only[/yellow]")
+    for note in provenance_notes(r.provenance for r in results[0].rows):
+        console.print(f"[yellow]{note}[/yellow]")
     if place.stateful:
         console.print("[dim]the oracle under offload prices every expert as a cache hit (a looser lower bound)[/dim]")
 

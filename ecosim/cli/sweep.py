@@ -17,6 +17,7 @@ from ecosim.cli.adapter import knob_options, with_options
 from ecosim.outputs import SWEEP, check_output
 from ecosim.cli.options import BwEff, ComputeEff, CostMode, DraftTime, LinkBw, Overhead, PcieBw, Peak, Profile, cost_config
 from ecosim.policies import PolicySpec, registry
+from ecosim.trace.schema import provenance_notes
 
 Policies = Annotated[str, typer.Option("--policy", help=f"Comma list of {', '.join(registry.names())}; "
                                        f"{' and '.join(registry.references())} rows are always computed (the ratios need them).")]
@@ -161,8 +162,13 @@ def sweep(
     if outcome.impossible:
         console.print(f"[yellow]{outcome.impossible} configurations skipped, their placement does not fit the device: "
                       f"{'; '.join(outcome.impossible_reasons or [])}[/yellow]")
-    if any(t["synthetic"] for t in outcome.winner["traces"]):
-        console.print("[yellow]synthetic traces are generated, not measured: their figures illustrate the model only[/yellow]")
+    _notes(console, outcome.winner["traces"])
+
+
+def _notes(console: Console, traces: list[dict[str, Any]]) -> None:
+    """The warnings for the sweep's hybrid and synthetic traces (winner.json's `traces`)."""
+    for note in provenance_notes(t["provenance"] for t in traces):
+        console.print(f"[yellow]{note}[/yellow]")
 
 
 @app.command()
@@ -184,7 +190,9 @@ def winner(
     if as_json:
         print(json.dumps(doc, indent=1))
         return
-    wide_console().print(_winner_table(doc))
+    console = wide_console()
+    console.print(_winner_table(doc))
+    _notes(console, doc["traces"])
 
 
 @app.command()
@@ -194,13 +202,14 @@ def pareto(
 ) -> None:
     """The configurations on the front of time per token against experts loaded per step, per pricing."""
     from ecosim.sweep.pareto import front
-    from ecosim.sweep.results import SweepDir
+    from ecosim.sweep.results import SweepDir, kind_of
 
     d = SweepDir(sweep_dir)
     meta = d.read_meta()
     rows = front(d.read_results(meta), [t["path"] for t in meta["traces"]])
+    traces = [{**t, "provenance": kind_of(t)} for t in meta["traces"]]  # a sweep.json older than provenance
     if as_json:
-        print(json.dumps({"dir": str(d.path), "traces": meta["traces"], "front": rows}, indent=1))
+        print(json.dumps({"dir": str(d.path), "traces": traces, "front": rows}, indent=1))
         return
     t = Table(title=f"Pareto front: time per token vs experts per step (totals over {len(meta['traces'])} traces)",
               title_justify="left")
@@ -212,4 +221,6 @@ def pareto(
         t.add_row(p if p != last else "", _knobs(r), f"{r['experts_per_step']:.1f}", _ms(r["time_per_token_s"]),
                   f"{r['tokens_per_step']:.3f}", f"{r['speedup_vs_ar']:.3f}x", f"{r['oracle_fraction']:.3f}")
         last = p
-    wide_console().print(t)
+    console = wide_console()
+    console.print(t)
+    _notes(console, traces)

@@ -20,6 +20,7 @@ from ecosim.predictors import check_name
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
 from ecosim.trace.io import find_traces, read_trace
+from ecosim.trace.schema import provenance_notes
 from ecosim.tune import recommend, tune as tune_all
 
 
@@ -83,5 +84,5 @@ def tune(
         v = doc["vllm"]
         verdict = "" if v["pays"] else "  (slower than plain decoding: do not use)"
         console.print(f"vLLM chain: num_speculative_tokens={v['num_speculative_tokens']}  ({v['speedup_vs_ar']:.3f}x plain){verdict}")
-    if any(r.trace.synthetic for r in replays):
-        console.print("[yellow]synthetic traces are generated, not measured: their figures illustrate the model only[/yellow]")
+    for note in provenance_notes(r.trace.provenance for r in replays):
+        console.print(f"[yellow]{note}[/yellow]")

@@ -14,10 +14,13 @@ in parts/ (a later sweep may want them) but not in results.parquet.
 Columns of results.parquet: the configuration (config_id, trace_path, trace_fingerprint, policy,
 one column per registered knob: budget, lambda, predictor, score, ...; then hardware, hbm_bw,
 placement; knobs a policy lacks are null), then
-the fields of `ecosim replay --json` rows (metrics.Row.to_dict(): trace, synthetic, requests, tokens,
-steps, verified, expert_loads, expert_bytes, pcie_bytes, time_s, speedup_vs_ar, oracle_fraction,
+the fields of `ecosim replay --json` rows (metrics.Row.to_dict(): trace, provenance, requests, tokens,
+steps, verified, expert_loads, expert_bytes, pcie_bytes, time_s, synthetic, speedup_vs_ar, oracle_fraction,
 tokens_per_step, experts_per_step, expert_bytes_per_token, pcie_bytes_per_token, time_per_token_s, tokens_per_s).
 Ratios compare each row with the `ar` and `oracle` rows of the same trace and pricing.
+`provenance` is the trace's (real, hybrid, synthetic); `synthetic` (provenance is not real) is kept
+for readers of older files. A part written before `provenance` existed holds only `synthetic`:
+its provenance is derived from it as the trace reader does for version 1 traces (row_of).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from ecosim.errors import EcoSimError
 from ecosim.metrics import Row
 from ecosim.policies import registry
 from ecosim.sweep.grid import Config, Pricing, TraceRef
+from ecosim.trace.io import provenance_of
 from ecosim.trace.schema import MANIFEST, NODES, POSITIONS
 
 PARTS = "parts"
@@ -55,15 +59,26 @@ def config_schema() -> dict[str, pl.DataType]:
 
 
 RAW_SCHEMA: dict[str, pl.DataType] = {
-    "trace": pl.String(), "synthetic": pl.Boolean(), "requests": pl.Int64(), "tokens": pl.Int64(),
+    "trace": pl.String(), "provenance": pl.String(), "requests": pl.Int64(), "tokens": pl.Int64(),
     "steps": pl.Int64(), "verified": pl.Int64(), "expert_loads": pl.Int64(), "expert_bytes": pl.Float64(),
     "pcie_bytes": pl.Float64(), "time_s": pl.Float64(),
 }
 DERIVED_SCHEMA: dict[str, pl.DataType] = {
-    "speedup_vs_ar": pl.Float64(), "oracle_fraction": pl.Float64(), "tokens_per_step": pl.Float64(),
+    "synthetic": pl.Boolean(), "speedup_vs_ar": pl.Float64(), "oracle_fraction": pl.Float64(), "tokens_per_step": pl.Float64(),
     "experts_per_step": pl.Float64(), "expert_bytes_per_token": pl.Float64(),
     "pcie_bytes_per_token": pl.Float64(), "time_per_token_s": pl.Float64(), "tokens_per_s": pl.Float64(),
 }
+
+
+def kind_of(rec: dict[str, Any]) -> str:
+    """A record's `provenance`; one written before it existed (a part, a results row, a trace of
+    sweep.json) holds only `synthetic`, read as the trace reader reads a version 1 manifest."""
+    return rec.get("provenance") or provenance_of({"version": 1, "synthetic": rec.get("synthetic")})
+
+
+def row_of(rec: dict[str, Any]) -> Row:
+    """The Row of a part's or results' record."""
+    return Row(**{k: rec[k] for k in RAW_SCHEMA if k != "provenance"}, provenance=kind_of(rec))
 
 
 def part_schema() -> dict[str, pl.DataType]:
@@ -185,7 +200,7 @@ class SweepDir:
         missing = [c for c in configs if c.id not in raw]
         if missing:
             raise EcoSimError(f"{self.path}: {len(missing)} configurations have no results yet; rerun the sweep")
-        rows = {c.id: Row(**{k: raw[c.id][k] for k in RAW_SCHEMA}) for c in configs}
+        rows = {c.id: row_of(raw[c.id]) for c in configs}
         ar, oracle = registry.references()
         base: dict[tuple[TraceRef, Pricing, str], Row] = {}
         for c in configs:

@@ -22,7 +22,7 @@ from ecosim.sweep.results import SweepDir, atomic_write_text, config_record, tra
 from ecosim.sweep.tasks import batch_tasks
 from ecosim.sweep.winner import choose, versions
 from ecosim.trace.checks import check_manifest
-from ecosim.trace.io import find_traces
+from ecosim.trace.io import find_traces, provenance_of
 from ecosim.trace.schema import MANIFEST, POSITIONS
 
 WINNER = "winner.json"
@@ -87,7 +87,7 @@ def run_sweep(
     meta = {
         "grid": grid.describe(),
         "traces": [{"path": r.path, "name": Path(r.path).name, "fingerprint": r.fingerprint,
-                    "synthetic": bool(m.get("synthetic"))} for r, m in refs],
+                    "provenance": provenance_of(m), "synthetic": bool(m.get("synthetic"))} for r, m in refs],
         "pricings": [{"hardware": p.hardware, "hbm_bw": grid.settings.device(p).hbm_bw, "placement": p.placement,
                       "device": grid.settings.device(p).to_dict()} for p in pricings],
         "configurations": len(configs),

@@ -24,7 +24,8 @@ winner.json (schema "ecosim-winner", version 1), the file `validate` reads:
         {"path": str,                   # resolved path of the trace directory
          "name": str,                   # its directory name (the `trace` column)
          "fingerprint": str,            # sha256 of its files, first 32 hex digits (results.py)
-         "synthetic": bool}
+         "provenance": str,             # real, hybrid or synthetic (older sweeps: from `synthetic`)
+         "synthetic": bool}             # provenance is not real
       ],
       "versions": {"ecosim": str, "numpy": str, "python": str},
       "cost": {...},                    # cost.CostConfig of the sweep (mode, efficiencies, overheads)
@@ -46,7 +47,8 @@ winner.json (schema "ecosim-winner", version 1), the file `validate` reads:
             "tokens_per_step": float, "experts_per_step": float, "expert_bytes_per_token": float,
             "pcie_bytes_per_token": float, "speedup_vs_ar": float, "oracle_fraction": float
           },
-          "per_trace": [ {"trace": str, "path": str, "fingerprint": str, <the same figures, that trace alone>} ]
+          "per_trace": [ {"trace": str, "path": str, "fingerprint": str, "provenance": str,
+                          <the same figures, that trace alone>} ]
         }
       ]
     }
@@ -63,7 +65,7 @@ import polars as pl
 from ecosim.errors import EcoSimError
 from ecosim.metrics import Row, total
 from ecosim.policies import registry
-from ecosim.sweep.results import RAW_SCHEMA
+from ecosim.sweep.results import kind_of, row_of
 from ecosim.version import __version__
 
 SCHEMA, VERSION = "ecosim-winner", 1
@@ -81,10 +83,6 @@ FIGURES = ("tokens", "steps", "time_s", "time_per_token_s", "tokens_per_step", "
 
 def versions() -> dict[str, str]:
     return {"ecosim": __version__, "numpy": np.__version__, "python": platform.python_version()}
-
-
-def _row(rec: dict[str, Any]) -> Row:
-    return Row(**{k: rec[k] for k in RAW_SCHEMA})
 
 
 def figures(row: Row) -> dict[str, Any]:
@@ -109,9 +107,9 @@ def totals(df: pl.DataFrame, traces: list[str]) -> list[dict[str, Any]]:
         g = groups.setdefault(key, {**{k: r.get(k) for k in PRICING + knobs}, "rows": [None] * len(traces),
                                     "ids": [None] * len(traces), "recs": [None] * len(traces)})
         i = pos[r["trace_path"]]
-        g["rows"][i], g["ids"][i], g["recs"][i] = _row(r), r["config_id"], r
+        g["rows"][i], g["ids"][i], g["recs"][i] = row_of(r), r["config_id"], r
         if r["policy"] in (ar, oracle):
-            base.setdefault(pk, {ar: [None] * len(traces), oracle: [None] * len(traces)})[r["policy"]][i] = _row(r)
+            base.setdefault(pk, {ar: [None] * len(traces), oracle: [None] * len(traces)})[r["policy"]][i] = row_of(r)
     out = []
     for key, g in groups.items():
         if any(x is None for x in g["rows"]):
@@ -131,7 +129,7 @@ def choose(df: pl.DataFrame, meta: dict[str, Any], objective: str = "time_per_to
         raise EcoSimError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if min_tokens_per_step is not None and not (min_tokens_per_step >= 0 and np.isfinite(min_tokens_per_step)):
         raise EcoSimError(f"--min-tokens-per-step must be a finite number >= 0, got {min_tokens_per_step}")
-    traces = meta["traces"]
+    traces = [{**t, "provenance": kind_of(t)} for t in meta["traces"]]
     paths = [t["path"] for t in traces]
     allowed = (set(meta["grid"]["policies"]) | {registry.baseline().name}) - {registry.bound().name}
     devices = {(d["hardware"], d["hbm_bw"], d["placement"]): d["device"] for d in meta["pricings"]}
@@ -155,7 +153,7 @@ def choose(df: pl.DataFrame, meta: dict[str, Any], objective: str = "time_per_to
             entry["config"] = {**{k: best[k] for k in knob_columns()}, "config_ids": best["ids"]}
             entry["predicted"] = figures(best["total"])
             entry["per_trace"] = [{"trace": r["trace"], "path": r["trace_path"], "fingerprint": r["trace_fingerprint"],
-                                   **{k: r[k] for k in FIGURES}}
+                                   "provenance": kind_of(r), **{k: r[k] for k in FIGURES}}
                                   for r in best["recs"]]
         winners.append(entry)
     return {

@@ -14,6 +14,19 @@ READABLE_VERSIONS = (1, 2)
 # Where a trace's routing comes from: a recording, a real continuation with generated rejected
 # branches, or the generator alone (docs/TRACE_FORMAT.md, Versions).
 PROVENANCES = ("real", "hybrid", "synthetic")
+# What a figure computed from each kind of trace is worth: the warning printed under every table
+# whose traces are not all real (a real trace needs none).
+PROVENANCE_NOTES = {
+    "hybrid": "hybrid traces are real on the accepted path and generated elsewhere: "
+              "what their rejected branches add (experts, bytes, time) is illustration",
+    "synthetic": "synthetic traces are generated, not measured: their figures illustrate the model only",
+}
+
+
+def provenance_notes(kinds: object) -> list[str]:
+    """The warning lines for traces of these provenances (an iterable of kinds; `mixed` counts as none)."""
+    present = set(kinds)  # type: ignore[call-overload]
+    return [note for kind, note in PROVENANCE_NOTES.items() if kind in present]
 MANIFEST = "manifest.json"
 POSITIONS = "positions.parquet"
 NODES = "nodes.parquet"
