@@ -37,6 +37,7 @@ from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec
 from ecosim.policies.ecospec_auto import values
 from ecosim.replay import TraceReplay
+from ecosim.errors import EcoSimError
 from ecosim.simulate import cost_model
 from ecosim.trace.io import find_traces, read_trace
 
@@ -52,10 +53,17 @@ def best(r: TraceReplay, specs: list[PolicySpec], cost) -> tuple[float, PolicySp
 
 
 def placements(trace, device) -> list[str]:
+    """The placements compared (hbm, ep:8, offload of a quarter of each layer), those that fit the
+    device: each placement checks its own capacity (weights and KV per device)."""
     m = trace.model
-    weights = m.num_moe_layers * m.num_experts * m.expert_bytes + m.dense_bytes
-    out = ["hbm"] if weights <= device.hbm_bytes else []
-    return out + ["ep:8", f"offload:{max(1, m.num_experts // 4)}"]
+    out = []
+    for p in ("hbm", "ep:8", f"offload:{max(1, m.num_experts // 4)}"):
+        try:
+            cost_model(trace, device, parse_placement(p), CostConfig())
+        except EcoSimError:
+            continue
+        out.append(p)
+    return out
 
 
 def one(report: Report, label: str, r: TraceReplay, hardware: str, placement: str, quick: bool) -> None:

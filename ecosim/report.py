@@ -70,6 +70,7 @@ def build(cfg: ReportConfig, progress=None) -> list[Path]:
     """Execute the notebooks; returns the HTML files written."""
     if not cfg.traces.exists():
         raise EcoSimError(f"{cfg.traces}: no such traces directory")
+    pages = notebooks(cfg.reports, cfg.only)  # an unknown --only is refused before anything else
     check_output(cfg.out, REPORT_BUILD)  # a build is rebuilt; any other folder is never written into
     try:
         import jupytext
@@ -82,7 +83,7 @@ def build(cfg: ReportConfig, progress=None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     (out / REPORT_MARKER).touch()
     written = []
-    for src in notebooks(cfg.reports, cfg.only):
+    for src in pages:
         nb = jupytext.read(src)
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         params = {

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from conftest import TINY, tiny_trace
+from conftest import TINY, hand_trace, tiny_trace
 from ecosim import bitsets
 from ecosim.acceptance import AcceptanceModel, calibrate, calibration_error, sibling_rank
 from ecosim.auto import auto_order, auto_select, grow
@@ -169,7 +169,6 @@ def test_cascade_turns_speculation_off_below_unit_utility():
 
 
 def test_presets_select_what_the_engine_would_verify(write):
-    from conftest import hand_trace
     t = Trees(read_trace(write(hand_trace())))
     # pos 0: n1 (q 0.6) and n2 (q 0.3) at depth 1, n3 (< n1, q 0.4) at depth 2
     # top-k 1: only the favourite child is drafted and expanded -> root, n1, n3 (total 3)

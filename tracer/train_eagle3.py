@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -211,7 +212,7 @@ def main(argv=None) -> int:
               metadata={"format": "pt"})
     (args.out / "config.json").write_text(json.dumps(cfg.to_json(), indent=2) + "\n", encoding="utf-8")
     metrics = {
-        "command": "python -m tracer.train_eagle3 " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+        "command": "python -m tracer.train_eagle3 " + " ".join(argv if argv is not None else sys.argv[1:]),
         "seed": args.seed, "steps": args.steps, "batch": args.batch, "seq_len": args.seq_len, "ttt": args.ttt,
         "lr": args.lr, "warmup": args.warmup, "init_head_from_target": args.init_head, "threads": args.threads, "params": n_params,
         "bytes": sum(t.numel() * t.element_size() for t in head.state_dict().values()),
