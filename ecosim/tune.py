@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ecosim.cost import CostModel
 from ecosim.metrics import Row, total
-from ecosim.policies import PolicySpec
+from ecosim.policies import PolicySpec, registry
 from ecosim.policies.presets import eagle_tree
 from ecosim.replay import TraceReplay
 
@@ -96,7 +96,7 @@ def recommend(cands: dict[str, Candidate]) -> dict[str, object]:
         "speedup_vs_ar": ar / best.time_per_token,
         "ar_ms_per_token": ar * 1e3,
         "auto_ms_per_token": auto * 1e3,
-        "speculation_pays": best.name != "ar",
+        "speculation_pays": best.name != registry.baseline().name,
     }
     if best_static is not None and best_static.static is not None:
         s = best_static.static
