@@ -9,7 +9,8 @@ A batch-1 step verifying n tokens after a context of c tokens, on D devices of a
            + comb( W_dense / D / (beta B),  2 n P_dense / (D pi eta_0) )
            + (c + n) kappa / D / (beta B)                                           attention (KV)
            [+ misses_l e / B_pcie  before layer l                             offload:CAP]
-           [+ depth (K_d tau_k + W_d / D / (beta B)) + T_draft        speculative steps (drafts.py)]
+           [+ d (K_d tau_k + W_d / D / (beta B) + C_d)                speculative steps: d draft forwards,
+              + (K_spec + d K_level) tau_k + [not spec_overlap] T_sync   its bookkeeping (drafts.py)]
 
 with the model's shape (catalog/models.py): K kernels on the layers' critical paths (kernels_per_step),
 e bytes per routed expert, P_e its parameters, k = top_k, h hidden size, kappa KV bytes per
@@ -18,7 +19,9 @@ the placement (placements/): u_lg distinct experts of layer l's union read by ex
 the fraction of an expert a device reads (1/tp), G expert groups, A_l / X_l all-reduces /
 all-to-alls of layer l; the device (catalog/devices.py): B HBM bandwidth, pi dense peak
 (FP8 where weights are <= 1 byte), B_link, B_pcie; and the serving profile (catalog/serving.py):
-T_step, tau_k, tau_c, beta, eta_0 and the grouped-GEMM efficiency
+T_step, tau_k, tau_c, beta, eta_0, the speculative step's kernels K_spec (tree mask, accept walk,
+KV compaction) and K_level per draft level (top-k, parent select), its exposed host time T_sync
+(zero where the engine overlaps it: spec_overlap), and the grouped-GEMM efficiency
 
     eta(m) = eta_0 * min(1, m / tile_rows),   m = n k / U_l  tokens per expert of the layer
 
@@ -86,7 +89,10 @@ class Terms:
     gemm_tile_rows: float
     overlap: str
     memory_fraction: float
-    draft_step_fixed_s: float
+    spec_step_kernels: float
+    spec_level_kernels: float
+    spec_sync_s: float
+    spec_overlap: bool
     draft_time_s: float | None
 
     @classmethod
@@ -103,7 +109,10 @@ class Terms:
             gemm_tile_rows=s.gemm_tile_rows,
             overlap=_first(config.overlap, device.overlap, s.overlap),
             memory_fraction=s.memory_fraction,
-            draft_step_fixed_s=s.draft_step_fixed_s,
+            spec_step_kernels=s.spec_step_kernels,
+            spec_level_kernels=s.spec_level_kernels,
+            spec_sync_s=s.spec_sync_s,
+            spec_overlap=s.spec_overlap,
             draft_time_s=config.draft_time_s if config.draft_time_s is not None else device.draft_time_s,
         )
 
@@ -156,16 +165,35 @@ class CostModel:
         """Refuse a placement whose weights and KV do not fit a device (placements/base.py)."""
         self.placement.check(self.model, self.device, context_tokens, self.terms.memory_fraction)
 
+    def draft_forward_time(self) -> float:
+        """Seconds of one draft forward: its kernels, its bytes (sharded like the dense weights)
+        and, on several devices, its layers' collectives for one token (0 without a draft)."""
+        d = self.draft
+        if d is None or self.experts_only:
+            return 0.0
+        t = d.forward_kernels * self.terms.kernel_latency_s + d.forward_bytes / self.placement.dense_share / self.bw
+        one = np.ones(1)
+        dense = (d.layers - d.moe_layers) * self.collective_time(one, moe=False)
+        return float(t + dense[0] + d.moe_layers * self.collective_time(one, moe=True)[0])
+
+    def spec_bookkeeping_time(self) -> float:
+        """Seconds a speculative step spends outside the draft's and the target's forwards: its
+        kernels (per step and per draft level) and the host time its sync exposes, unless the
+        engine overlaps it (the serving profile's spec_* fields)."""
+        t = self.terms
+        kernels = (t.spec_step_kernels + self.tree_depth * t.spec_level_kernels) * t.kernel_latency_s
+        return kernels + (0.0 if t.spec_overlap else t.spec_sync_s)
+
     def draft_time(self, speculative: bool) -> float:
-        """Seconds of the draft side of one speculative step (0 for plain steps)."""
+        """Seconds of the draft side of one speculative step (0 for plain steps): `tree_depth`
+        draft forwards plus the step's bookkeeping (drafts.py); --draft-time replaces it all."""
         if self.experts_only or not speculative:
             return 0.0
         if self.terms.draft_time_s is not None:
             return self.terms.draft_time_s
         if self.draft is None:
             return 0.0
-        per_forward = self.draft.forward_kernels * self.terms.kernel_latency_s + self.draft.forward_bytes / self.placement.dense_share / self.bw
-        return self.tree_depth * per_forward + self.terms.draft_step_fixed_s
+        return self.tree_depth * self.draft_forward_time() + self.spec_bookkeeping_time()
 
     def _combine(self, memory: np.ndarray | float, compute: np.ndarray) -> np.ndarray:
         return np.maximum(memory, compute) if self.terms.overlap == "max" else memory + compute

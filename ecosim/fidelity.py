@@ -11,8 +11,11 @@ placement, after its context:
   by its kind (catalog/drafts.py);
 - step-time ratios: confidence's seconds per step over ar's (draft included, as the rows are).
 
+A row's `sim.serving` sets the serving-profile terms its engine declares (e.g. `spec_overlap`
+false for SGLang before spec v2, whose scheduler cannot overlap a speculative step's host work).
+
 Every predicted time is linear in the serving profile's free constants theta = (step_fixed_s,
-kernel_latency_s, collective_latency_s, draft_step_fixed_s): t(theta) = r + f . theta (they only
+kernel_latency_s, collective_latency_s, spec_sync_s): t(theta) = r + f . theta (they only
 add terms, outside any max), so each row is priced five times (theta = 0 and each unit vector)
 and fits are exact linear algebra: theta minimises the relative error of seconds per token over
 the declared fit set (`fit: true`: plain rows and speculative tok/s rows), non-negative, and
@@ -45,7 +48,7 @@ from ecosim.synth import SynthConfig, synthesize
 from ecosim.trace.io import Trace, full_manifest
 
 PUBLISHED = Path(__file__).parent / "catalog" / "data" / "published.json"
-FREE = ("step_fixed_s", "kernel_latency_s", "collective_latency_s", "draft_step_fixed_s")
+FREE = ("step_fixed_s", "kernel_latency_s", "collective_latency_s", "spec_sync_s")
 BITS = {"bf16": 16.0, "fp8": 8.0, "int8": 8.0, "mxfp4": 4.25, "nvfp4": 4.5}  # per weight, block scales included
 PLAIN = ("decode_tok_s", "decode_ms_per_token")
 METRICS = (*PLAIN, "spec_speedup", "spec_tok_s", "verify_step_ratio")
@@ -118,8 +121,9 @@ def _costs(shape: ModelShape, sim: dict[str, Any], base: ServingProfile, depth: 
     place = parse_placement(sim["placement"])
     draft = draft_cost({"kind": sim.get("draft", "eagle3")}, shape)
     out = []
+    engine = base.replace(**sim.get("serving", {}))  # the row's declared engine terms
     for unit in (None, *FREE):
-        prof = base.replace(**{k: (1.0 if k == unit else 0.0) for k in FREE})
+        prof = engine.replace(**{k: (1.0 if k == unit else 0.0) for k in FREE})
         out.append(CostModel(shape, device, place, CostConfig(serving=prof), tree_depth=depth, draft=draft))
     out[0].check(int(sim["context"]) + POSITIONS + 64)
     return out
@@ -195,8 +199,8 @@ def _time(row: dict[str, Any], p: Priced) -> Linear:
 
 
 def fit_theta(rows: list[dict[str, Any]], priced: dict[str, Priced]) -> np.ndarray:
-    """Non-negative theta minimising sum ((t(theta) - y) / y)^2 over plain rows (every subset of
-    active constants solved by least squares; 3 constants, so 7 subsets)."""
+    """Non-negative theta minimising sum ((t(theta) - y) / y)^2 over the fit rows (every subset of
+    active constants solved by least squares; 4 constants, so 15 subsets)."""
     use = [r for r in rows if r["metric"] in (*PLAIN, "spec_tok_s") and r["id"] in priced]
     if not use:
         raise EcoSimError("fidelity: no plain-decode or speculative tok/s row in the fit set")

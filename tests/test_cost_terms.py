@@ -82,13 +82,70 @@ def test_grouped_gemm_tile_quantisation():
 
 
 def test_draft_by_hand():
-    c = CostModel(SHAPE, DEVICE, config=CostConfig(serving=PROFILE.replace(draft_step_fixed_s=0.25)), tree_depth=3,
-                  draft=DraftCost("eagle3", 250.0, 4, False))
-    # 3 forwards x (4 kernels x 0.1 + 250 / 500) + 0.25
-    assert c.draft_time(True) == pytest.approx(2.95)
-    assert step(c, 0, 1, 5, speculative=True) - step(c, 0, 1, 5) == pytest.approx(2.95)
+    c = CostModel(SHAPE, DEVICE, config=CostConfig(serving=PROFILE), tree_depth=3, draft=DraftCost("eagle3", 250.0, 4, False))
+    # 3 forwards x (4 kernels x 0.1 + 250 / 500); no bookkeeping kernels, host sync 0 in PROFILE
+    assert c.draft_time(True) == pytest.approx(2.7)
+    assert step(c, 0, 1, 5, speculative=True) - step(c, 0, 1, 5) == pytest.approx(2.7)
     assert CostModel(SHAPE, DEVICE, config=CostConfig(serving=PROFILE, draft_time_s=0.5), tree_depth=3,
                      draft=DraftCost("eagle3", 250.0, 4, False)).draft_time(True) == 0.5  # a flag wins
+
+
+def spec(placement: str = "hbm", depth: int = 3, draft: DraftCost | None = None, **changes) -> CostModel:
+    return CostModel(SHAPE, DEVICE, parse_placement(placement), CostConfig(serving=PROFILE.replace(**changes)),
+                     tree_depth=depth, draft=draft or DraftCost("eagle3", 250.0, 4, False))
+
+
+def test_speculative_bookkeeping_kernels_by_hand():
+    # (8 per step + 3 levels x 4 per level) x 0.1 s = 2.0 s on top of the 2.7 s of forwards
+    assert spec(spec_step_kernels=8.0, spec_level_kernels=4.0).draft_time(True) == pytest.approx(2.7 + 2.0)
+    # one level more: one forward (0.9) and 4 kernels (0.4) more
+    assert spec(depth=4, spec_step_kernels=8.0, spec_level_kernels=4.0).draft_time(True) == pytest.approx(3.6 + 2.4)
+
+
+def test_host_sync_only_where_the_engine_does_not_overlap_it():
+    assert spec(spec_sync_s=1.5, spec_overlap=True).draft_time(True) == pytest.approx(2.7)
+    assert spec(spec_sync_s=1.5, spec_overlap=False).draft_time(True) == pytest.approx(2.7 + 1.5)
+    assert spec(spec_sync_s=1.5, spec_overlap=False).draft_time(False) == 0.0  # plain steps never pay it
+
+
+def test_draft_collectives_tp2_by_hand():
+    # tp:2: bytes halved 250 / 2 / 500 = 0.25, 4 kernels 0.4; one dense layer: 2 all-reduces of one token
+    # (2 (D-1)/D x 1 x h 4 x 2 bytes = 8 bytes / 16 B/s = 0.5 s + 0.5 latency) = 2.0: 2.65 per forward, 3 forwards
+    assert spec("tp:2").draft_forward_time() == pytest.approx(2.65)
+    assert spec("tp:2").draft_time(True) == pytest.approx(3 * 2.65)
+
+
+def test_mtp_draft_collectives_ep2_by_hand():
+    # ep:2, an MTP module (one MoE layer): 4 kernels 0.4 + 250 / 2 / 500 = 0.25; its MoE layer's collectives:
+    # 1 all-reduce (8 bytes: 0.5 + 0.5) + 2 all-to-alls ((G-1)/G x k 2 x h 4 x 2 = 8 bytes: 0.5 + 0.5 each) = 3.0
+    mtp = DraftCost("mtp", 250.0, 4, False, layers=1, moe_layers=1)
+    assert spec("ep:2", draft=mtp).draft_forward_time() == pytest.approx(0.65 + 3.0)
+
+
+def test_a_profile_written_before_the_spec_fields_keeps_its_step_cost(tmp_path):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"name": "old", "draft_step_fixed_s": 0.002}))
+    p = load_serving(old)
+    assert p.spec_sync_s == 0.002 and p.spec_overlap is False
+
+
+@settings(max_examples=40, deadline=None)
+@given(depth=st.integers(0, 8), more=st.integers(1, 4), placement=st.sampled_from(["hbm", "tp:2", "ep:4", "tp:2+ep:2"]),
+       kind=st.sampled_from(["eagle3", "mtp", "early-exit"]), bw=st.floats(1e11, 1e13), faster=st.floats(1.0, 4.0),
+       sync=st.floats(0.0, 1e-2), overlap=st.booleans())
+def test_deeper_drafts_never_cost_less_and_bandwidth_never_more(depth, more, placement, kind, bw, faster, sync, overlap):
+    m = get_model("qwen3-30b-a3b")
+    d = draft_cost({"kind": kind, "layers": 2}, m)
+    prof = load_serving("cuda-graphs").replace(spec_sync_s=sync, spec_overlap=overlap)
+
+    def t(levels: int, b: float) -> float:
+        c = CostModel(m, get_device("h100").replace(hbm_bw=b), parse_placement(placement), CostConfig(serving=prof),
+                      tree_depth=levels, draft=d)
+        return c.draft_time(True)
+
+    assert t(depth + more, bw) >= t(depth, bw) - 1e-15
+    assert t(depth, bw * faster) <= t(depth, bw) + 1e-15
+    assert t(depth, bw) >= (0.0 if overlap else sync) - 1e-15
 
 
 def test_synthetic_traces_do_not_draft_for_free():

@@ -1,9 +1,16 @@
 """What one draft forward costs, per draft kind, from a trace manifest's `draft` object.
 
-A speculative step runs `depth` draft forwards (one per tree level); each reads `forward_bytes`
-and runs `forward_kernels` kernels on its critical path, priced by cost.py as
+A speculative step of a tree of depth d runs d draft forwards, one per tree level; the first runs
+over the tokens the last verify accepted (the "draft extend": SGLang's
+forward_draft_extend_after_decode, TensorRT-LLM's first MTP module), so there is no extra forward
+for it. Each forward reads `forward_bytes`, runs `forward_kernels` kernels on its critical path and,
+sharded like the target's dense weights, `layers` decoder layers' collectives (`moe_layers` of them
+MoE layers). cost.py prices a speculative step's draft side as
 
-    t_draft = depth * (forward_kernels * kernel_latency + forward_bytes / bw_achieved) + draft_step_fixed
+    t_draft = d * (forward_kernels tau_k + forward_bytes / D_dense / (beta B) + layers' collectives)
+            + (K_step + d K_level) tau_k + [not spec_overlap] T_sync
+
+with K_step, K_level, T_sync and spec_overlap from the serving profile (catalog/serving.py).
 
 Kinds (the manifest's `draft.kind`; `bytes` and `layers` are used when the manifest gives them):
 - `model`: a separate small model: its `bytes`, `layers` decoder layers of 9 kernels + LM head;
@@ -33,6 +40,8 @@ class DraftCost:
     forward_bytes: float
     forward_kernels: int
     assumed: bool  # derived from the target's shape (True) or from the manifest's own numbers
+    layers: int = 1  # decoder layers per forward: each pays its collectives when the draft is sharded
+    moe_layers: int = 0  # of which MoE layers (mtp, early-exit): the MoE layers' collectives
 
 
 def _lm_head(m: ModelShape) -> float:
@@ -47,12 +56,12 @@ def draft_cost(draft: dict[str, Any], model: ModelShape) -> DraftCost:
     layer_dense = (m.dense_bytes - _lm_head(m)) / max(m.num_layers, 1)
     if kind == "mtp":
         b = m.top_k * m.expert_bytes + layer_dense + _lm_head(m)
-        return DraftCost(kind, given or b, m.kernels_per_layer(True) + 2, not given)
+        return DraftCost(kind, given or b, m.kernels_per_layer(True) + 2, not given, 1, 1)
     if kind == "early-exit":
         b = layers * (m.top_k * m.expert_bytes + layer_dense) + _lm_head(m)
-        return DraftCost(kind, given or b, layers * m.kernels_per_layer(True) + 2, not given)
+        return DraftCost(kind, given or b, layers * m.kernels_per_layer(True) + 2, not given, layers, layers)
     if kind == "model":
-        return DraftCost(kind, given, layers * 9 + 2, False)
+        return DraftCost(kind, given, layers * 9 + 2, False, layers, 0)
     h = m.hidden_size
     b = (4 * h * h + 9 * h * h + 3 * h * h + EAGLE3_DRAFT_VOCAB * h) * BF16
-    return DraftCost("eagle3", given or b, 5 + 4 + 2, not given)
+    return DraftCost("eagle3", given or b, 5 + 4 + 2, not given, 1, 0)

@@ -34,7 +34,11 @@ class ServingProfile:
     gemm_tile_rows: float = 0.0  # rows (tokens per expert) of a grouped-GEMM tile; 0: no tile quantisation
     overlap: str = "max"  # "max": memory and compute overlap (GPU roofline); "sum": they add (CPU)
     memory_fraction: float = 0.9  # fraction of device memory for weights + KV (engine's static pool)
-    draft_step_fixed_s: float = 0.0  # s per speculative step for tree building and the accept walk
+    # A speculative step beyond its draft forwards (drafts.py) and the target's verify forward:
+    spec_step_kernels: float = 0.0  # kernels per speculative step: tree mask/positions, target argmax, accept walk, KV compaction
+    spec_level_kernels: float = 0.0  # kernels per draft level beyond its forward: top-k of the draft logits, score/parent select
+    spec_sync_s: float = 0.0  # s of host work per speculative step its device->host sync (accept lengths) exposes
+    spec_overlap: bool = True  # the engine overlaps that host work with the device (SGLang spec v2): spec_sync_s hidden
     source: str = ""
     sources: tuple[tuple[str, str], ...] = ()  # (field, where its value comes from)
     fitted_on: tuple[str, ...] = ()  # published rows (ids) the fitted fields were fitted on
@@ -57,7 +61,11 @@ class ServingProfile:
             kw["sources"] = tuple(sorted((str(k), str(v)) for k, v in kw["sources"].items()))
         if "fitted_on" in kw:
             kw["fitted_on"] = tuple(kw["fitted_on"])
+        if "draft_step_fixed_s" in data and "spec_sync_s" not in data:  # a profile written before the spec_* fields
+            kw.update(spec_sync_s=data["draft_step_fixed_s"], spec_overlap=False)
         prof = dataclasses.replace(base or cls(), **kw)
+        if not isinstance(prof.spec_overlap, bool):
+            raise EcoSimError(f"serving profile {prof.name}: spec_overlap must be true or false")
         if prof.overlap not in ("max", "sum"):
             raise EcoSimError(f"serving profile {prof.name}: overlap must be max or sum, got {prof.overlap!r}")
         bad = [f.name for f in dataclasses.fields(cls) if f.type == "float" and not getattr(prof, f.name) >= 0]
