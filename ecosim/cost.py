@@ -10,7 +10,8 @@ A batch-1 step verifying n tokens after a context of c tokens, on D devices of a
            + (c + n) kappa / D / (beta B)                                           attention (KV)
            [+ misses_l e / B_pcie  before layer l                             offload:CAP]
            [+ d (K_d tau_k + W_d / D / (beta B) + C_d)                speculative steps: d draft forwards,
-              + (K_spec + d K_level) tau_k + [not spec_overlap] T_sync   its bookkeeping (drafts.py)]
+              + (K_spec + d K_level) tau_k + d T_level                  its bookkeeping (drafts.py)
+              + [not spec_overlap] T_sync]
 
 with the model's shape (catalog/models.py): K kernels on the layers' critical paths (kernels_per_step),
 e bytes per routed expert, P_e its parameters, k = top_k, h hidden size, kappa KV bytes per
@@ -91,6 +92,7 @@ class Terms:
     memory_fraction: float
     spec_step_kernels: float
     spec_level_kernels: float
+    spec_level_s: float
     spec_sync_s: float
     spec_overlap: bool
     draft_time_s: float | None
@@ -111,6 +113,7 @@ class Terms:
             memory_fraction=s.memory_fraction,
             spec_step_kernels=s.spec_step_kernels,
             spec_level_kernels=s.spec_level_kernels,
+            spec_level_s=s.spec_level_s,
             spec_sync_s=s.spec_sync_s,
             spec_overlap=s.spec_overlap,
             draft_time_s=config.draft_time_s if config.draft_time_s is not None else device.draft_time_s,
@@ -182,7 +185,7 @@ class CostModel:
         engine overlaps it (the serving profile's spec_* fields)."""
         t = self.terms
         kernels = (t.spec_step_kernels + self.tree_depth * t.spec_level_kernels) * t.kernel_latency_s
-        return kernels + (0.0 if t.spec_overlap else t.spec_sync_s)
+        return kernels + self.tree_depth * t.spec_level_s + (0.0 if t.spec_overlap else t.spec_sync_s)
 
     def draft_time(self, speculative: bool) -> float:
         """Seconds of the draft side of one speculative step (0 for plain steps): `tree_depth`

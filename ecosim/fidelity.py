@@ -48,7 +48,7 @@ from ecosim.synth import SynthConfig, synthesize
 from ecosim.trace.io import Trace, full_manifest
 
 PUBLISHED = Path(__file__).parent / "catalog" / "data" / "published.json"
-FREE = ("step_fixed_s", "kernel_latency_s", "collective_latency_s", "spec_sync_s")
+FREE = ("step_fixed_s", "kernel_latency_s", "collective_latency_s", "spec_level_s", "spec_sync_s")
 BITS = {"bf16": 16.0, "fp8": 8.0, "int8": 8.0, "mxfp4": 4.25, "nvfp4": 4.5}  # per weight, block scales included
 PLAIN = ("decode_tok_s", "decode_ms_per_token")
 METRICS = (*PLAIN, "spec_speedup", "spec_tok_s", "verify_step_ratio")

@@ -102,6 +102,11 @@ def test_speculative_bookkeeping_kernels_by_hand():
     assert spec(depth=4, spec_step_kernels=8.0, spec_level_kernels=4.0).draft_time(True) == pytest.approx(3.6 + 2.4)
 
 
+def test_level_latency_by_hand():
+    # 3 levels x 0.25 s on top of the 2.7 s of forwards
+    assert spec(spec_level_s=0.25).draft_time(True) == pytest.approx(2.7 + 0.75)
+
+
 def test_host_sync_only_where_the_engine_does_not_overlap_it():
     assert spec(spec_sync_s=1.5, spec_overlap=True).draft_time(True) == pytest.approx(2.7)
     assert spec(spec_sync_s=1.5, spec_overlap=False).draft_time(True) == pytest.approx(2.7 + 1.5)
@@ -136,7 +141,7 @@ def test_a_profile_written_before_the_spec_fields_keeps_its_step_cost(tmp_path):
 def test_deeper_drafts_never_cost_less_and_bandwidth_never_more(depth, more, placement, kind, bw, faster, sync, overlap):
     m = get_model("qwen3-30b-a3b")
     d = draft_cost({"kind": kind, "layers": 2}, m)
-    prof = load_serving("cuda-graphs").replace(spec_sync_s=sync, spec_overlap=overlap)
+    prof = load_serving("cuda-graphs").replace(spec_sync_s=sync, spec_overlap=overlap, spec_level_s=sync / 4)
 
     def t(levels: int, b: float) -> float:
         c = CostModel(m, get_device("h100").replace(hbm_bw=b), parse_placement(placement), CostConfig(serving=prof),

@@ -8,9 +8,10 @@ sharded like the target's dense weights, `layers` decoder layers' collectives (`
 MoE layers). cost.py prices a speculative step's draft side as
 
     t_draft = d * (forward_kernels tau_k + forward_bytes / D_dense / (beta B) + layers' collectives)
-            + (K_step + d K_level) tau_k + [not spec_overlap] T_sync
+            + (K_step + d K_level) tau_k + d T_level + [not spec_overlap] T_sync
 
-with K_step, K_level, T_sync and spec_overlap from the serving profile (catalog/serving.py).
+with K_step, K_level (counted kernels), T_level (fitted latency per draft level), T_sync (fitted
+host time) and spec_overlap (the engine's) from the serving profile (catalog/serving.py).
 
 Kinds (the manifest's `draft.kind`; `bytes` and `layers` are used when the manifest gives them):
 - `model`: a separate small model: its `bytes`, `layers` decoder layers of 9 kernels + LM head;

@@ -37,6 +37,7 @@ class ServingProfile:
     # A speculative step beyond its draft forwards (drafts.py) and the target's verify forward:
     spec_step_kernels: float = 0.0  # kernels per speculative step: tree mask/positions, target argmax, accept walk, KV compaction
     spec_level_kernels: float = 0.0  # kernels per draft level beyond its forward: top-k of the draft logits, score/parent select
+    spec_level_s: float = 0.0  # s per draft level beyond its forward and counted kernels (the draft loop's per-level latency)
     spec_sync_s: float = 0.0  # s of host work per speculative step its device->host sync (accept lengths) exposes
     spec_overlap: bool = True  # the engine overlaps that host work with the device (SGLang spec v2): spec_sync_s hidden
     source: str = ""
