@@ -15,8 +15,8 @@ A row's `sim.serving` sets the serving-profile terms its engine declares (e.g. `
 false for SGLang before spec v2, whose scheduler cannot overlap a speculative step's host work).
 
 Every predicted time is linear in the serving profile's free constants theta = (step_fixed_s,
-kernel_latency_s, collective_latency_s, spec_sync_s): t(theta) = r + f . theta (they only
-add terms, outside any max), so each row is priced five times (theta = 0 and each unit vector)
+kernel_latency_s, collective_latency_s, spec_level_s, spec_sync_s): t(theta) = r + f . theta (they
+only add terms, outside any max), so each row is priced six times (theta = 0 and each unit vector)
 and fits are exact linear algebra: theta minimises the relative error of seconds per token over
 the declared fit set (`fit: true`: plain rows and speculative tok/s rows), non-negative, and
 leave-one-out refits without each fit row to predict it.
@@ -200,7 +200,7 @@ def _time(row: dict[str, Any], p: Priced) -> Linear:
 
 def fit_theta(rows: list[dict[str, Any]], priced: dict[str, Priced]) -> np.ndarray:
     """Non-negative theta minimising sum ((t(theta) - y) / y)^2 over the fit rows (every subset of
-    active constants solved by least squares; 4 constants, so 15 subsets)."""
+    active constants solved by least squares; 5 constants, so 31 subsets)."""
     use = [r for r in rows if r["metric"] in (*PLAIN, "spec_tok_s") and r["id"] in priced]
     if not use:
         raise EcoSimError("fidelity: no plain-decode or speculative tok/s row in the fit set")

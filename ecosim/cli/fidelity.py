@@ -53,7 +53,7 @@ def _summary_lines(s: dict[str, Any]) -> list[str]:
 @app.command()
 def fidelity(
     profile: Annotated[str, typer.Option(help="Serving profile whose fixed fields are used (cuda-graphs, eager or a .json).")] = DEFAULT_SERVING,
-    fit: Annotated[bool, typer.Option(help="Fit the profile's free constants (step, kernel, collective latency) on the rows marked fit; --no-fit uses the profile's own values.")] = True,
+    fit: Annotated[bool, typer.Option(help="Fit the profile's free constants (step, kernel, collective, draft-level latency, host sync) on the rows marked fit; --no-fit uses the profile's own values.")] = True,
     table: Annotated[Path | None, typer.Option(help="A published-measurements JSON of the same format; default: the one shipped.")] = None,
     write_profile: Annotated[Path | None, typer.Option(help="Write the fitted serving profile to this (new) JSON file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,

@@ -51,7 +51,8 @@ def used_text(used: dict[str, object], draft: dict[str, float]) -> str:
             f"kernels x {f['kernel_latency_s'] * 1e6:.4g} us, collective {f['collective_latency_s'] * 1e6:.4g} us, "
             f"bw eff {f['bw_efficiency']:.3g}, compute eff {f['compute_efficiency']:.3g}, GEMM tile {f['gemm_tile_rows']:g} rows, "
             f"overlap {used['overlap']}, memory fraction {f['memory_fraction']:.3g}, "
-            f"speculative step +{int(f['spec_step_kernels'])} kernels + {int(f['spec_level_kernels'])} per level, host sync "
+            f"speculative step +{int(f['spec_step_kernels'])} kernels + {int(f['spec_level_kernels'])} kernels and "
+            f"{f['spec_level_s'] * 1e6:.4g} us per level, host sync "
             f"{f['spec_sync_s'] * 1e6:.4g} us" + (" (overlapped)" if used["spec_overlap"] else "") + f"; {drafts}")
 
 
