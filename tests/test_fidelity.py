@@ -105,3 +105,16 @@ def test_refuses_to_overwrite_a_profile(tmp_path):
     p.write_text("{}")
     r = ecosim("fidelity", "--write-profile", str(p))
     assert r.returncode == 2 and p.read_text() == "{}" and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_row_declares_its_engine_terms_and_the_host_sync_is_free_only_there():
+    from ecosim.fidelity import FREE, _costs
+    row = next(r for r in ROWS if r["id"] == "specforge339-30ba3b-eagle3-s3k1n4-toks")
+    assert row["sim"]["serving"] == {"spec_overlap": False} and row["fit"]
+    shape = at_dtype(get_model(row["sim"]["model"]), row["sim"]["dtype"])
+    base = load_serving("cuda-graphs")
+    costs = _costs(shape, row["sim"], base, int(row["sim"]["depth"]))
+    sync = costs[1 + FREE.index("spec_sync_s")]  # the unit vector of spec_sync_s: its draft time minus theta = 0's is 1 s
+    assert not costs[0].terms.spec_overlap and sync.draft_time(True) - costs[0].draft_time(True) == pytest.approx(1.0)
+    v2 = _costs(shape, {**row["sim"], "serving": {}}, base, int(row["sim"]["depth"]))
+    assert v2[1 + FREE.index("spec_sync_s")].draft_time(True) == pytest.approx(v2[0].draft_time(True))  # overlapped: hidden
