@@ -3,8 +3,8 @@
 A batch-1 step verifying n tokens after a context of c tokens, on D devices of a placement, costs
 
     t_step = T_step + K * tau_k                                              fixed: step, kernels
-           + sum_layers [ A_l (tau_c + 2 (D-1)/D * n h a / B_link)                all-reduces
-                        + X_l (tau_c + (G-1)/G * n k h a / B_link) ]             all-to-alls
+           + sum_layers [ A_l (tau_c + tau_l + 2 (D-1)/D * n h a / B_link)        all-reduces
+                        + X_l (tau_c + tau_l + (G-1)/G * n k h a / B_link) ]     all-to-alls
            + sum_moe_layers max_g comb( u_lg f e / (beta B),  2 n k P_e / (D pi eta(m_l)) )
            + comb( W_dense / D / (beta B),  2 n P_dense / (D pi eta_0) )
            + (c + n) kappa / D / (beta B)                                           attention (KV)
@@ -19,7 +19,8 @@ token, W_dense / P_dense the dense bytes / parameters, a = 2 bytes per activatio
 the placement (placements/): u_lg distinct experts of layer l's union read by expert group g, f
 the fraction of an expert a device reads (1/tp), G expert groups, A_l / X_l all-reduces /
 all-to-alls of layer l; the device (catalog/devices.py): B HBM bandwidth, pi dense peak
-(FP8 where weights are <= 1 byte), B_link, B_pcie; and the serving profile (catalog/serving.py):
+(FP8 where weights are <= 1 byte), B_link, tau_l the link's own latency per collective (0 within
+a node; an inter-node fabric's hops), B_pcie; and the serving profile (catalog/serving.py):
 T_step, tau_k, tau_c, beta, eta_0, the speculative step's kernels K_spec (tree mask, accept walk,
 KV compaction) and K_level per draft level (top-k, parent select), its exposed host time T_sync
 (zero where the engine overlaps it: spec_overlap), and the grouped-GEMM efficiency
@@ -222,7 +223,7 @@ class CostModel:
         return self._combine(memory, flops / (self.peak * np.maximum(eff, 1e-9)))  # 0 tokens: 0 FLOPs, 0 s
 
     def _collective(self, count: int, tokens: np.ndarray, one_way_bytes: np.ndarray) -> np.ndarray:
-        return count * (self.terms.collective_latency_s + one_way_bytes / self.device.link_bw)
+        return count * (self.terms.collective_latency_s + self.device.link_latency_s + one_way_bytes / self.device.link_bw)
 
     def collective_time(self, tokens: np.ndarray, moe: bool = True) -> np.ndarray:
         """Seconds of one layer's collectives: all-reduces (ring: 2 (D-1)/D of n h a bytes) and

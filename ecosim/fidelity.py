@@ -117,7 +117,7 @@ def _linear(replay: TraceReplay, spec: PolicySpec, costs: list[CostModel], per: 
 
 
 def _costs(shape: ModelShape, sim: dict[str, Any], base: ServingProfile, depth: int) -> list[CostModel]:
-    device = get_device(sim["hardware"]).replace(link_bw=sim.get("link_bw"))
+    device = get_device(sim["hardware"]).replace(link_bw=sim.get("link_bw"), link_latency_s=sim.get("link_latency_s"))
     place = parse_placement(sim["placement"])
     draft = draft_cost({"kind": sim.get("draft", "eagle3")}, shape)
     out = []

@@ -62,6 +62,12 @@ def test_tp2_by_hand():
     assert step(cost("tp:2"), 0, 1, 5) == pytest.approx(2.2 + 3.384 + 3.0 + 1.0 + 0.1)
 
 
+def test_an_inter_node_link_adds_its_latency_to_every_collective():
+    # tp:2 as above, with a link that adds 0.25 s per collective: 2 all-reduces, 0.5 s more
+    c = CostModel(SHAPE, DEVICE.replace(link_latency_s=0.25), parse_placement("tp:2"), CostConfig(serving=PROFILE))
+    assert step(c, 0, 1, 5) == pytest.approx(2.2 + 3.384 + 3.0 + 1.0 + 0.1 + 0.5)
+
+
 def test_ep2_by_hand():
     # experts 0-3 on device 0, 4-7 on device 1: {0, 1, 5} reads 2 on device 0 (the straggler): 2 x 1000 / 500 = 4,
     # FLOPs halved 0.384; one all-reduce (attention) 1.5; two all-to-alls of (G-1)/G x n k h 2 = 16 bytes: 2 x (0.5 + 1);

@@ -41,6 +41,9 @@ class Device:
     # The serving terms a measured profile carries (None: a data-sheet device; the CLI's --profile applies).
     serving: ServingProfile | None = None
     source: str = ""
+    # s per collective that the link itself adds beyond the serving profile's collective latency: 0 on one
+    # node's NVLink (the profile's fitted latency holds it); an inter-node fabric (InfiniBand) adds its hops.
+    link_latency_s: float = 0.0
 
     def replace(self, **changes: Any) -> Device:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
