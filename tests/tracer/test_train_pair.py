@@ -67,3 +67,16 @@ def test_a_tiny_run_end_to_end(tmp_path):
         assert (out / sub / "model.safetensors").is_file() and (out / sub / "tokenizer.json").is_file()
     card = (out / "MODEL_CARD.md").read_text(encoding="utf-8")
     assert card.startswith("# ecosim-tiny") and "python -m tracer.train_pair --out" in card
+
+
+def test_the_verdicts_follow_the_targets_as_data():
+    """The thresholds live in `PairTargets`: loosen the share and every balance row is met."""
+    from tracer.training.card import target_rows
+    from tracer.training.config import TARGETS, PairTargets
+
+    metrics = json.loads((DATA / "two_stages.json").read_text(encoding="utf-8"))
+    strict = target_rows(metrics, TARGETS)
+    loose = target_rows(metrics, PairTargets(max_share=10.0))
+    assert [ok for label, _, ok in strict if "fair share" in label] != [True] * 5
+    assert [ok for label, _, ok in loose if "fair share" in label] == [True] * 5
+    assert any("10x its fair share" in label for label, _, _ in loose)
