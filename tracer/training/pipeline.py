@@ -1,7 +1,7 @@
 """One run of `python -m tracer.train_pair`: seed, data, target, draft, measure, save, metrics.
 
 Each stage is a function so that a reader can follow the run top to bottom in `run`, and the
-second stage (`tracer.rebalance`) can reuse the seeding, measuring and saving steps.
+second stage (`tracer.rebalance`) shares the seeding.
 """
 
 from __future__ import annotations
