@@ -17,7 +17,8 @@ import numpy as np
 from ecosim.cost import CostModel
 from ecosim.metrics import Row
 from ecosim.policies import PolicySpec
-from ecosim.replay import Steps, TraceReplay, summarize
+from ecosim.replay import TraceReplay, summarize
+from ecosim.steps import Steps
 from ecosim.trace.io import Trace, _load_manifest, iter_request_chunks, row_bytes
 
 # Working memory per node row, as a multiple of its size as arrays: the row, its experts packed as
