@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import typer.main
@@ -11,7 +12,8 @@ import typer.main
 from ecosim.catalog.devices import get_device
 from ecosim.catalog.models import get_model
 from ecosim.catalog.serving import ServingProfile
-from ecosim.cli import app
+from conftest import tiny_trace
+from ecosim.cli import app, main
 from ecosim.cli.options import cost_config
 from ecosim.cost import CostConfig, CostModel, Terms
 from ecosim.errors import EcoSimError
@@ -122,3 +124,19 @@ def test_sweep_config_ids_are_pinned(case):
     settings, bw, placement, want = PINNED[case]
     grid = g.Grid(["ar", "confidence", "ecospec"], SELECTIONS, ["h200"], [bw], [placement], settings)
     assert [c.id for c in grid.configs([g.TraceRef("/traces/qa", "f" * 16)])] == want
+
+
+def test_sweep_tune_and_replay_print_the_values_they_used(write, tmp_path, capsys):
+    t = str(write(tiny_trace(11)))
+    flags = ["--step-overhead", "0s", "--link-latency", "2us", "--bw-efficiency", "0.5", "--overlap", "sum"]
+    assert main(["sweep", t, "--out", str(tmp_path / "s"), "--policy", "ar", "--jobs", "1", "--json", *flags]) == 0
+    used = json.loads(capsys.readouterr().out)["used"]["h200"]
+    assert (used["step_fixed_s"], used["collective_latency_s"], used["bw_efficiency"], used["overlap"]) == (0.0, 2e-6, 0.5, "sum")
+    assert main(["sweep", t, "--out", str(tmp_path / "s"), "--policy", "ar", "--jobs", "1", *flags]) == 0
+    assert "used on h200: profile cuda-graphs: step fixed 0 us" in capsys.readouterr().out
+    assert main(["tune", t, "--predictor", "oracle", "--json", *flags]) == 0
+    used = json.loads(capsys.readouterr().out)["used"]
+    assert (used["step_fixed_s"], used["collective_latency_s"], used["bw_efficiency"], used["overlap"]) == (0.0, 2e-6, 0.5, "sum")
+    assert main(["tune", t, "--predictor", "oracle", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "used: profile cuda-graphs: step fixed 0 us" in out and "bw eff 0.5" in out and "overlap sum" in out

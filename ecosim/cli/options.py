@@ -4,17 +4,20 @@ The cost options are CostConfig's fields (ecosim/cost.py), turned into flags by 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ecosim.catalog.devices import Device, get_device
 from ecosim.cli.adapter import config_options, with_options
-from ecosim.cost import CostConfig
+from ecosim.cost import CostConfig, Terms
 from ecosim.errors import EcoSimError
 from ecosim.options import from_options
 from ecosim.units import parse_quantity
+
+if TYPE_CHECKING:  # typing only: the CLI options never need the sweep package loaded
+    from ecosim.sweep.grid import Pricing, Settings
 
 Hardware = Annotated[str, typer.Option(help="Catalogue device (h100, h200, b200, a100, mi300x) or a profile .json from `validate calibrate`.")]
 Bw = Annotated[str | None, typer.Option("--bw", help="Override the device's HBM bandwidth, e.g. 3.3TB/s.")]
@@ -85,3 +88,22 @@ def used_text(used: dict[str, object], draft: dict[str, float]) -> str:
     else:
         drafts = "draft " + ", ".join(f"{v * 1e3:.4g} ms/step ({k})" for k, v in draft.items())
     return f"used: {terms_text(used)}; {drafts}"
+
+
+def used_terms(settings: Settings, pricings: list[Pricing]) -> dict[str, dict[str, Any]]:
+    """Per hardware, the step terms every configuration of a grid priced with (CLI values, the
+    hardware's and the serving profile's resolved: cost.Terms); the bandwidth axis does not change them."""
+    by_hw = {p.hardware: p for p in pricings}
+    if settings.cost.mode == "experts-only":
+        return {hw: {} for hw in by_hw}
+    return {hw: asdict(Terms.resolve(settings.cost, settings.device(p))) for hw, p in by_hw.items()}
+
+
+def used_lines(used: dict[str, dict[str, Any]], cost: CostConfig) -> list[str]:
+    """One `used on HW:` line per hardware of `used_terms`, with the draft time."""
+    dt = cost.draft_time_s
+    if cost.mode == "experts-only":
+        draft = "no draft time"
+    else:
+        draft = "draft: each trace's own draft model (drafts.py)" if dt is None else f"draft {dt * 1e3:.4g} ms/step"
+    return [f"used on {hw}: {terms_text(terms)}; {draft}" for hw, terms in used.items()]

@@ -18,7 +18,7 @@ from rich.table import Table
 from ecosim.analysis.predictor_compare import compare, group_label, markdown_table, pricing_label, summary_tables, to_dict
 from ecosim.cli import app, fail, make_app, wide_console
 from ecosim.outputs import PREDICTOR, check_output
-from ecosim.cli.options import cost_config, cost_options
+from ecosim.cli.options import cost_config, cost_options, used_lines, used_terms
 from ecosim.predictors import BUILTIN, KINDS, ExpertPredictor, ScoringPredictor, Selection, get_predictor
 from ecosim.predictors.evaluate import Tally, evaluate
 from ecosim.predictors.view import draft_view, fingerprint, request_ids, request_mask
@@ -256,6 +256,8 @@ def compare_cmd(
         for r in rows:
             t.add_row(*r)
         console.print(t)
+    for line in used_lines(used_terms(settings, pricings), settings.cost):
+        console.print(line, markup=False, highlight=False)
     for grp in doc["groups"]:
         for p in grp["pricings"]:
             if p["note"]:

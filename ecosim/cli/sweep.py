@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,8 +15,7 @@ from rich.table import Table
 from ecosim.cli import app, fail, interrupted, wide_console
 from ecosim.cli.adapter import knob_options, with_options
 from ecosim.outputs import SWEEP, check_output
-from ecosim.cli.options import LinkBw, PcieBw, Peak, cost_config, cost_options, terms_text
-from ecosim.cost import Terms
+from ecosim.cli.options import LinkBw, PcieBw, Peak, cost_config, cost_options, used_lines, used_terms
 from ecosim.policies import PolicySpec, registry
 from ecosim.trace.schema import provenance_notes
 
@@ -122,7 +120,7 @@ def sweep(
     )
     for p in grid.pricings():
         grid.settings.device(p)  # unknown hardware or a bad override: one line, before any work
-    used = _used(grid)
+    used = used_terms(grid.settings, grid.pricings())
     committed = 0
 
     def done(n: int) -> None:
@@ -158,23 +156,12 @@ def sweep(
     console.print(f"{d}: {n_configs} configurations x {n_traces} trace{'s' * (n_traces != 1)} = {len(outcome.configs)} rows ({outcome.computed} "
                   f"computed, {outcome.skipped} already done) -> results.parquet, winner.json")
     console.print(_winner_table(outcome.winner))
-    for hw, terms in used.items():
-        dt = grid.settings.cost.draft_time_s
-        draft = "draft: each trace's own draft model (drafts.py)" if dt is None else f"draft {dt * 1e3:.4g} ms/step"
-        console.print(f"used on {hw}: {terms_text(terms)}; {draft}", markup=False, highlight=False)
+    for line in used_lines(used, grid.settings.cost):
+        console.print(line, markup=False, highlight=False)
     if outcome.impossible:
         console.print(f"[yellow]{outcome.impossible} configurations skipped, their placement does not fit the device: "
                       f"{'; '.join(outcome.impossible_reasons or [])}[/yellow]")
     _notes(console, outcome.winner["traces"])
-
-
-def _used(grid: Any) -> dict[str, dict[str, Any]]:
-    """Per hardware, the step terms every configuration priced with (CLI values, the hardware's and
-    the serving profile's resolved: cost.Terms); the bandwidth axis does not change them."""
-    pricings = {p.hardware: p for p in grid.pricings()}
-    if grid.settings.cost.mode == "experts-only":
-        return {hw: {} for hw in pricings}
-    return {hw: asdict(Terms.resolve(grid.settings.cost, grid.settings.device(p))) for hw, p in pricings.items()}
 
 
 def _notes(console: Console, traces: list[dict[str, Any]]) -> None:
