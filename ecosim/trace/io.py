@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from ecosim.trace.arrays import ROW_GROUP, Trace, provenance_of
 from ecosim.trace.read import (
-    _load_manifest,
     check_trace,
     find_traces,
     iter_node_batches,
@@ -23,5 +22,5 @@ from ecosim.trace.write import full_manifest, write_trace
 
 __all__ = [
     "ROW_GROUP", "Trace", "check_trace", "find_traces", "full_manifest", "iter_node_batches", "iter_request_chunks",
-    "provenance_of", "read_manifest", "read_trace", "row_bytes", "scan_nodes", "write_trace", "_load_manifest",
+    "provenance_of", "read_manifest", "read_trace", "row_bytes", "scan_nodes", "write_trace",
 ]
