@@ -10,7 +10,8 @@
 # 1. Recall@k per MoE layer: the share of the true top-k experts in the predicted top-k. Left: the
 #    **real** traces under `traces/` (recorded from the trained tiny pair, 4 MoE layers of 32
 #    experts, top-4). Right: a small **synthetic** DeepSeek-V3.1-shaped trace (`ecosim synth`, 58
-#    MoE layers of 256 experts, top-8): an illustration of the model, not a measurement. It is
+#    MoE layers of 256 experts, top-8, routed by its calibrated preset: gpt-oss-20b's fit to real
+#    routing scaled by shape, ecosim/routing/scale.py): an illustration of the model, not a measurement. It is
 #    smaller here (24 positions, 2-fold) than for the README's table (64 positions, 4-fold), so its
 #    predictors train on less and their recall is lower.
 # 2. On the real traces, simulated H200: `ecospec` at each predictor's best lambda against
@@ -52,7 +53,7 @@ from ecosim.catalog.models import get_model
 from ecosim.analysis.predictor_compare import PREDICTORS, compare, markdown_table, summary_tables, to_dict
 from ecosim.placements import parse_placement
 from ecosim.sweep.grid import Pricing, parse_axis, parse_placements
-from ecosim.synth import SynthConfig, write_synthetic
+from ecosim.synth import calibrated, write_synthetic
 from ecosim.trace.io import read_trace
 from reports._common import kind, real_or_all, save
 
@@ -63,7 +64,7 @@ lams = parse_axis("lambda", lambdas)
 pricings = [Pricing("h200", None, p) for p in parse_placements(placements)]
 doc = to_dict(compare(real, list(PREDICTORS), budget, lams, pricings), budget, lams, "difference", 4)
 with tempfile.TemporaryDirectory() as tmp:
-    cfg = SynthConfig(requests=synthetic_requests, positions=synthetic_positions, seed=0)
+    cfg = calibrated("deepseek-v3.1", requests=synthetic_requests, positions=synthetic_positions, seed=0)
     synth = read_trace(write_synthetic(f"{tmp}/deepseek-v3.1-synthetic", get_model("deepseek-v3.1"), cfg))
     sdoc = to_dict(compare([synth], list(PREDICTORS), budget, [0.0], [], folds=synthetic_folds, replay=False),
                    budget, [0.0], "difference", synthetic_folds)
