@@ -81,7 +81,7 @@ with tempfile.TemporaryDirectory() as tmp:  # read_trace keeps the whole trace i
 fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.8))
 for t in real:
     xy = scattering(t)
-    a.plot(xy[:, 0], xy[:, 1], marker="o", label=f"{task_of(t)} (real)")
+    a.plot(xy[:, 0], xy[:, 1], marker="o", label=f"{t.name} ({task_of(t)}, real)" if t.name != task_of(t) else f"{t.name} (real)")
 if real:
     m = real[0].model
     x = np.linspace(1, max(a.get_xlim()[1], 2), 50)
