@@ -10,7 +10,8 @@
 # 1. Recall@k per MoE layer: the share of the true top-k experts in the predicted top-k. Left: the
 #    **real** traces under `traces/` (recorded from the trained tiny pair, 4 MoE layers of 32
 #    experts, top-4). Right: a small **synthetic** DeepSeek-V3.1-shaped trace (`ecosim synth`, 58
-#    MoE layers of 256 experts, top-8): an illustration of the model, not a measurement. It is
+#    MoE layers of 256 experts, top-8, routed by its calibrated preset: gpt-oss-20b's fit to real
+#    routing scaled by shape, ecosim/routing/scale.py): an illustration of the model, not a measurement. It is
 #    smaller here (24 positions, 2-fold) than for the README's table (64 positions, 4-fold), so its
 #    predictors train on less and their recall is lower.
 # 2. On the real traces, simulated H200: `ecospec` at each predictor's best lambda against
@@ -49,7 +50,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import ecosim
-from ecosim.synth import SynthConfig, write_synthetic
+from ecosim.synth import calibrated, write_synthetic
 from ecosim.trace import read_trace
 from reports._common import kind, real_or_all, save
 
@@ -59,7 +60,7 @@ print("replayed:", ", ".join(f"{t.name} ({kind(t)})" for t in real))
 doc = ecosim.compare_predictors(real, budget=budget, lambdas=lambdas, hardware="h200", placements=placements)
 lams = doc["lambdas"]
 with tempfile.TemporaryDirectory() as tmp:
-    cfg = SynthConfig(requests=synthetic_requests, positions=synthetic_positions, seed=0)
+    cfg = calibrated("deepseek-v3.1", requests=synthetic_requests, positions=synthetic_positions, seed=0)
     synth = read_trace(write_synthetic(f"{tmp}/deepseek-v3.1-synthetic", ecosim.model_shape("deepseek-v3.1"), cfg))
     sdoc = ecosim.compare_predictors([synth], budget=budget, lambdas=[0.0], placements=[], folds=synthetic_folds,
                                      replay=False)

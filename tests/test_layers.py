@@ -16,7 +16,7 @@ LAYERS = [
     ["ecosim.errors", "ecosim.units", "ecosim.bitsets", "ecosim.metrics", "ecosim.catalog", "ecosim.trace.schema",
      "ecosim.version", "ecosim.outputs", "ecosim.tree_config", "ecosim.memo", "ecosim.options"],
     ["ecosim.trace", "ecosim.tree", "ecosim.placements", "ecosim.cache", "ecosim.oracle", "ecosim.synth",
-     "ecosim.synth_draft", "ecosim.routing.generator", "ecosim.steps"],
+     "ecosim.synth_draft", "ecosim.routing.generator", "ecosim.steps", "ecosim.routing.presets"],
     ["ecosim.cost", "ecosim.predictors", "ecosim.routing", "ecosim.hybrid", "ecosim.acceptance", "ecosim.marginal",
      "ecosim.auto"],
     ["ecosim.policies"],
