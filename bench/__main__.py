@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import ROOT, SHAPES, Report, synthetic
+from bench.common import ROOT, ROUTING, SHAPES, Report, synthetic
 
 BENCHES = ("replay", "engines", "sweep", "sweep1000", "tracer", "memory", "quality")
 
@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=None, help="Warm replays per policy, the least kept (default 3; 1 with --quick).")
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ecosim-bench",
                     help="Where synthetic traces are generated once and reused.")
+    ap.add_argument("--routing", type=Path, default=ROUTING,
+                    help="Real gpt-oss-20b routing for the hybrid trace of the quality benchmark (default: "
+                         "../shared/data/gpt-oss-20b-routing beside the repository; skipped, said so, where absent).")
     args = ap.parse_args(argv)
     only = [b.strip() for b in args.only.split(",") if b.strip()]
     unknown = [b for b in only if b not in BENCHES]
@@ -97,7 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         "command": "bench/run " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(), "quick": args.quick, "benches": only,
-        "synthetic_traces": f"{requests} requests x {positions} positions, 60-candidate trees (ecosim synth, seed 0)",
+        "synthetic_traces": f"{requests} requests x {positions} positions, 60-candidate trees (ecosim synth, seed 0, "
+                            "each shape's shipped routing preset)",
+        "routing": str(args.routing) if args.routing.is_dir() else None,
     })
     t_start = time.perf_counter()
 
@@ -136,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "quality":
                 from bench import quality
 
-                quality.run(report, cache, args.quick, *((requests, positions) if args.quick else (4, 250)))
+                quality.run(report, cache, args.quick, *((requests, positions) if args.quick else (4, 250)), routing=args.routing)
         except ImportError as e:  # an optional extra (torch, ray) that is not installed
             report.skipped[name] = f"needs {e.name or e}: pip install -e '.[models,ray]'"
             print(f"  skipped: {report.skipped[name]}", flush=True)

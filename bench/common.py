@@ -1,7 +1,8 @@
-"""What every benchmark shares: the figure record, the synthetic-trace cache, timers, peak RSS."""
+"""What every benchmark shares: the figure record, the synthetic- and hybrid-trace cache, timers, peak RSS."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import subprocess
@@ -12,8 +13,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ecosim.routing.presets import preset_hash
+
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = ("deepseek-v3.1", "qwen3-235b-a22b", "gpt-oss-120b")  # the synthetic shapes issue #10 names
+# Real gpt-oss-20b routing (AmanPriyanshu/GPT-OSS-MoE-ExpertFingerprinting, Apache-2.0), beside the
+# repository in this workplace; absent on a clean clone (the hybrid trace is then skipped, said so).
+ROUTING = ROOT.parent / "shared" / "data" / "gpt-oss-20b-routing"
+HYBRID_MODEL = "gpt-oss-20b"
 
 
 @dataclass
@@ -72,13 +79,28 @@ def _fmt(x: float) -> str:
 
 
 def synthetic(cache: Path, model: str, requests: int, positions: int, max_nodes: int = 60, seed: int = 0) -> Path:
-    """A synthetic trace of `model`'s shape, generated once into `cache` (by `ecosim synth`) and reused."""
-    d = cache / f"{model}-r{requests}-p{positions}-n{max_nodes}-s{seed}"
+    """A synthetic trace of `model`'s shape with its shipped routing preset (`ecosim synth`), generated
+    once into `cache` and reused; the cache key holds the preset's hash, so a refitted preset regenerates."""
+    d = cache / f"{model}-r{requests}-p{positions}-n{max_nodes}-s{seed}-preset{preset_hash(model)}"
+    return _generate(d, ["--model", model, "--requests", str(requests), "--positions", str(positions),
+                         "--max-nodes", str(max_nodes), "--seed", str(seed)])
+
+
+def hybrid(cache: Path, routing: Path, requests: int, positions: int, max_nodes: int = 60, seed: int = 0) -> Path:
+    """A hybrid gpt-oss-20b trace (`ecosim synth --routing`): the first `requests` real answers of
+    `routing` as the continuation, draft trees and rejected branches from the shipped preset. Cached
+    like `synthetic`, keyed also by the routing set (its files' sizes and mtimes)."""
+    ident = ",".join(f"{p.name}:{p.stat().st_size}:{int(p.stat().st_mtime)}" for p in sorted(routing.iterdir()) if p.is_file())
+    key = hashlib.sha256(ident.encode()).hexdigest()[:8]
+    d = cache / f"hybrid-{HYBRID_MODEL}-r{requests}-p{positions}-n{max_nodes}-s{seed}-preset{preset_hash(HYBRID_MODEL)}-routing{key}"
+    return _generate(d, ["--model", HYBRID_MODEL, "--routing", str(routing), "--requests", str(requests),
+                         "--positions", str(positions), "--max-nodes", str(max_nodes), "--seed", str(seed)])
+
+
+def _generate(d: Path, args: list[str]) -> Path:
     if not (d / "manifest.json").is_file():
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "ecosim.cli", "synth", str(d), "--model", model, "--requests", str(requests),
-                        "--positions", str(positions), "--max-nodes", str(max_nodes), "--seed", str(seed)],
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "ecosim.cli", "synth", str(d), *args, "--force"], check=True, stdout=subprocess.DEVNULL)
         print(f"  (generated {d.name} in {time.perf_counter() - t0:.0f} s; cached for later runs)", flush=True)
     return d
 

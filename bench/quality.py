@@ -2,9 +2,13 @@
 `ecospec-auto` (the issue's `ecospec --lambda auto`) untuned, against `confidence` at its best budget, the engine defaults, an
 achievable reference and the oracle bound.
 
-Traces: the committed real traces (`traces/*`, the trained tiny pair) and synthetic DeepSeek-V3.1-,
-Qwen3-235B- and GPT-OSS-120B-shaped traces (4 requests x 250 positions, 60-candidate trees), each
-priced on two devices (h200, a100) under `hbm` (where the model's weights fit on one device),
+Traces: the committed real traces (`traces/*`, the trained tiny pair); synthetic DeepSeek-V3.1-,
+Qwen3-235B- and GPT-OSS-120B-shaped traces (4 requests x 250 positions, 60-candidate trees), routed by
+each shape's calibrated preset (ecosim/routing/presets: gpt-oss-20b's fit to real routing, scaled by
+shape); and a hybrid gpt-oss-20b trace (`gpt-oss-20b-hybrid`: the first 4 real answers of
+../shared/data/gpt-oss-20b-routing, from AmanPriyanshu/GPT-OSS-MoE-ExpertFingerprinting, Apache-2.0,
+as the continuation, up to 250 positions each; draft trees generated), skipped with a note where that
+data is absent. Each priced on two devices (h200, a100) under `hbm` (where the model's weights fit on one device),
 `ep:8` and `offload:E/4` (a quarter of each layer's experts cached, LRU). `tp:8` is not a placement
 of this cost model yet. Every policy is priced by the fast engine with the full cost model.
 
@@ -30,7 +34,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.common import ROOT, SHAPES, Report, synthetic
+from bench.common import ROOT, SHAPES, Report, hybrid, synthetic
 from ecosim.catalog.devices import get_device
 from ecosim.cost import CostConfig
 from ecosim.placements import parse_placement
@@ -107,9 +111,13 @@ def one(report: Report, label: str, r: TraceReplay, hardware: str, placement: st
                note="best policy here, ar included")
 
 
-def run(report: Report, cache: Path, quick: bool, requests: int = 4, positions: int = 250) -> None:
+def run(report: Report, cache: Path, quick: bool, requests: int = 4, positions: int = 250, routing: Path | None = None) -> None:
     paths = [(p.name, p) for p in find_traces([str(ROOT / "traces")])]
     paths += [(shape, synthetic(cache, shape, requests, positions)) for shape in SHAPES]
+    if routing is not None and routing.is_dir():
+        paths.append(("gpt-oss-20b-hybrid", hybrid(cache, routing, requests, positions)))
+    else:
+        print(f"  (no real routing at {routing}: the hybrid gpt-oss-20b trace is skipped)", flush=True)
     for label, path in paths:
         r = TraceReplay(read_trace(path))
         for hw in (QUICK["hardware"] if quick else HARDWARE):

@@ -58,7 +58,7 @@ def render(doc: dict) -> str:
             b = f"quality.{c}"
             ms = lambda k: _f(figs[f"{b}.{k}_ms_per_token"]["value"], 4)  # noqa: E731
             note = lambda k: figs[f"{b}.{k}_ms_per_token"]["note"]  # noqa: E731
-            kind = "real" if "real" in note("ar") else "synthetic"
+            kind = note("ar").split(",")[0]  # real, hybrid or synthetic: the note starts with the provenance
             out.append(f"| {c} ({kind}) | {ms('ar')} | {ms('confidence_best')} ({note('confidence_best')}) "
                        f"| {ms('ecospec_best')} ({note('ecospec_best')}) | {ms('auto')} | {ms('reference')} | {ms('oracle')} "
                        f"| {ms('eagle2_default')} | {figs[f'{b}.auto_over_confidence']['value']:.3f}x "

@@ -8,5 +8,7 @@ names stay importable as always (`from ecosim.replay import TraceReplay`).
 
 from ecosim.version import __version__  # noqa: I001  (first: modules below read it)
 from ecosim.api import replay, sweep  # the Python API (api.py); shadows the modules' names on the package
+from ecosim.api import compare_predictors, devices, model_shape, placement_of, predictor_tables, step_times, unions
 
-__all__ = ["__version__", "replay", "sweep"]
+__all__ = ["__version__", "compare_predictors", "devices", "model_shape", "placement_of", "predictor_tables", "replay",
+           "step_times", "sweep", "unions"]

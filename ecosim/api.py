@@ -10,6 +10,12 @@ policy over several traces, each compared with `ar` and the oracle bound under t
 `sweep` is `ecosim sweep`: the rows of results.parquet (every configuration of the grid on every
 trace), in a directory you give (resumable) or a temporary one. Knobs are keywords named as in
 `PolicySpec` (budget, lam, predictor, score, and whatever a registered policy adds).
+
+What the report notebooks need besides: `devices()` (the hardware catalogue), `model_shape(name)`,
+`placement_of(text)` (a placement's type: devices, groups, stateful), `step_times(...)` (the cost
+model's seconds for given expert counts, without a trace), `unions(...)` (the experts a policy's
+tree would read at every position of a trace), and `compare_predictors(...)` with
+`predictor_tables(doc)` (`ecosim predictor compare --json` and its Markdown tables).
 """
 
 from __future__ import annotations
@@ -19,13 +25,16 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
-from ecosim.catalog.devices import get_device
-from ecosim.cost import CostConfig
+from ecosim.analysis import predictor_compare as pc
+from ecosim.catalog.devices import DEVICES, Device, get_device
+from ecosim.catalog.models import ModelShape, get_model
+from ecosim.cost import CostConfig, CostModel
 from ecosim.errors import EcoSimError
 from ecosim.metrics import Row
-from ecosim.placements import parse_placement
+from ecosim.placements import Placement, parse_placement
 from ecosim.policies import PolicySpec, registry
 from ecosim.replay import TraceReplay
 from ecosim.simulate import compare
@@ -33,6 +42,7 @@ from ecosim.sweep import grid as g
 from ecosim.sweep.results import DERIVED_SCHEMA, DTYPES, RAW_SCHEMA
 from ecosim.sweep.runner import run_sweep
 from ecosim.trace.io import Trace, find_traces, read_trace
+from ecosim.units import parse_quantity
 
 Paths = str | Path | Trace | Iterable[str | Path | Trace]
 
@@ -59,24 +69,67 @@ def _schema() -> dict[str, pl.DataType]:
 
 
 def replay(traces: Paths, policy: str | PolicySpec | Sequence[str | PolicySpec] | None = None, hardware: str = "h200",
-           placement: str = "hbm", *, bw: float | None = None, cost: CostConfig | None = None, **knobs: Any) -> pl.DataFrame:
+           placement: str = "hbm", *, bw: float | str | None = None, cost: CostConfig | None = None,
+           total: bool | None = None, **knobs: Any) -> pl.DataFrame:
     """Replay policies over traces (paths, folders searched for traces, or `Trace` objects).
 
     `policy`: a name, a PolicySpec, a list of them, or None for every registered policy; `knobs`
     (budget=, lam=, predictor=, score=, ...) set the knobs of the policies given by name.
-    `hardware`: a catalogue name or a profile file; `bw` overrides its HBM bandwidth (bytes/s).
-    Columns: policy, each knob, label, then `metrics.Row.to_dict()`'s fields.
+    `hardware`: a catalogue name or a profile file; `bw` overrides its HBM bandwidth (bytes/s, or
+    the CLI's text: "1TB/s"). `total`: the pooled row per policy over all traces (trace "total":
+    totals of tokens, steps, loads and time, not a mean of ratios); None: only with several traces,
+    True: always, False: never. Columns: policy, each knob, label, then `metrics.Row.to_dict()`'s fields.
     """
     found = _traces(traces)
     if not found:
         raise EcoSimError(f"no traces in {traces!r}")
     specs = _specs(policy, knobs)
+    if isinstance(bw, str):
+        bw = parse_quantity(bw, "bandwidth")
     device = get_device(hardware).replace(hbm_bw=bw)
     results = compare([TraceReplay(t) for t in found], specs, device, parse_placement(placement), cost or CostConfig())
     rows = [_record(r.spec, row) for r in results for row in r.rows]
-    if len(found) > 1:
+    if total or (total is None and len(found) > 1):
         rows += [_record(r.spec, r.total) | {"trace": "total"} for r in results]
     return pl.DataFrame(rows, schema=_schema())
+
+
+def devices() -> dict[str, Device]:
+    """The hardware catalogue by name (data sheets with sources, catalog/data/hardware/)."""
+    return dict(DEVICES)
+
+
+def model_shape(name: str) -> ModelShape:
+    """A catalogue model's shape (layers, experts, top-k, bytes per expert; catalog/models.py)."""
+    return get_model(name)
+
+
+def placement_of(text: str) -> Placement:
+    """The placement `text` names (hbm, tp:N, ep:N, tp:N+ep:M, offload:CAP[:lru|lfu]): its
+    `devices`, `groups`, and `stateful` (whether a step's cost depends on earlier steps)."""
+    return parse_placement(text)
+
+
+def step_times(model: str | ModelShape, hardware: str | Device, experts: np.ndarray, tokens: np.ndarray,
+               context: np.ndarray, *, placement: str = "hbm", cost: CostConfig | None = None,
+               speculative: bool = False) -> np.ndarray:
+    """Seconds of batch-1 steps priced by the cost model (cost.py) without a trace: step i verifies
+    `tokens[i]` tokens after `context[i]` and reads `experts[i, l]` distinct experts in MoE layer l
+    (`experts`: (steps, moe_layers))."""
+    shape = get_model(model) if isinstance(model, str) else model
+    device = get_device(hardware) if isinstance(hardware, str) else hardware
+    c = CostModel(shape, device, parse_placement(placement), cost or CostConfig())
+    return c.step_times(np.asarray(experts), np.asarray(tokens), np.asarray(context), speculative)
+
+
+def unions(traces: Paths, policy: str | PolicySpec, **knobs: Any) -> pl.DataFrame:
+    """Per trace, the mean over every position and MoE layer of the distinct experts the policy's
+    tree would read there (whether or not a replay visits the position): columns trace,
+    experts_per_layer."""
+    spec = _specs(policy, knobs)[0]
+    found = _traces(traces)
+    means = [float(TraceReplay(t).unions_everywhere(spec).mean()) for t in found]
+    return pl.DataFrame({"trace": [t.name for t in found], "experts_per_layer": means})
 
 
 def _axis(name: str, values: Any) -> list[Any]:
@@ -117,3 +170,27 @@ def sweep(traces: str | Path | Iterable[str | Path], policy: str | Sequence[str]
         return run_sweep(grid, paths, Path(out), jobs=jobs).results
     with tempfile.TemporaryDirectory(prefix="ecosim-sweep-") as tmp:
         return run_sweep(grid, paths, Path(tmp), jobs=jobs).results
+
+
+
+def compare_predictors(traces: Paths, predictors: str | Sequence[str] = pc.PREDICTORS, *, budget: int = 16,
+                       lambdas: str | Sequence[float] = "0:0.3:0.025,0.4:2:0.2", hardware: str | Sequence[str] = "h200",
+                       placements: str | Sequence[str] = "hbm,offload:8", folds: int = 4, score: str = "difference",
+                       cost: CostConfig | None = None, replay: bool = True) -> dict[str, Any]:
+    """`ecosim predictor compare --json`'s document: each predictor's recall@k per MoE layer and,
+    with `replay`, ecospec at its best lambda against confidence at the same budget per pricing
+    (hardware x placements; definitions: analysis/predictor_compare.py). Traces are grouped by
+    model and provenance; kinds by name are fitted k-fold by request (`folds`)."""
+    names = _axis("predictor", predictors)
+    lams = _axis("lambda", lambdas)
+    hw = [hardware] if isinstance(hardware, str) else list(hardware)
+    places = g.parse_placements(placements if isinstance(placements, str) else ",".join(placements)) if placements else []
+    pricings = [g.Pricing(h, None, p) for h in hw for p in places]
+    groups = pc.compare(_traces(traces), names, budget, lams, pricings, g.Settings(cost or CostConfig()), score, folds,
+                        replay=replay)
+    return pc.to_dict(groups, budget, lams, score, folds)
+
+
+def predictor_tables(doc: dict[str, Any]) -> list[str]:
+    """The Markdown tables `ecosim predictor compare --markdown` prints for a `compare_predictors` document."""
+    return [pc.markdown_table(*t) for t in pc.summary_tables(doc)]

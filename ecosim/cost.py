@@ -48,6 +48,7 @@ from ecosim.catalog.devices import Device
 from ecosim.catalog.drafts import DraftCost
 from ecosim.catalog.models import ModelShape
 from ecosim.catalog.serving import DEFAULT_SERVING, MEASURED, ServingProfile, load_serving
+from ecosim.options import choice, duration, fraction, option
 from ecosim.placements import Hbm, Placement
 
 ACT_BYTES = 2  # BF16 activations crossing the link
@@ -55,17 +56,34 @@ ACT_BYTES = 2  # BF16 activations crossing the link
 
 @dataclass(frozen=True)
 class CostConfig:
-    """How a step is priced. Each field is a CLI option of `ecosim replay`; None means "not given":
-    the serving profile's value (or a measured hardware profile's) applies, see `Terms`."""
+    """How a step is priced. Each field is a CLI option of the commands that price steps (replay,
+    sweep, tune, predictor compare; its flag, help and parser in the metadata, ecosim/options.py).
+    None means "not given": the hardware profile's measured value, else the serving profile's, applies
+    (`Terms`); one rule for every field: explicit CLI > profile > default."""
 
-    mode: Literal["full", "experts-only"] = "full"
-    serving: ServingProfile | None = None  # None: the hardware profile's own terms, else cuda-graphs
-    bw_efficiency: float | None = None
-    compute_efficiency: float | None = None
-    step_overhead_s: float | None = None
-    draft_time_s: float | None = None  # per speculative step; None: the draft's own cost (drafts.py)
-    link_latency_s: float | None = None  # per collective
-    overlap: Literal["max", "sum"] | None = None
+    mode: Literal["full", "experts-only"] = field(default="full", metadata=option(
+        "--cost", "full: the whole step; experts-only: only routed-expert bytes at raw bandwidth (checkable by hand). "
+        "Default: full.", choice("full", "experts-only")))
+    serving: ServingProfile | None = field(default=None, metadata=option(
+        "--profile", "Serving profile: cuda-graphs, eager, or a .json of its fields (a `validate calibrate` profile too); "
+        "default: the hardware profile's own terms, else cuda-graphs.", load_serving))
+    bw_efficiency: float | None = field(default=None, metadata=option(
+        "--bw-efficiency", "Achieved fraction of peak HBM bandwidth, in [0.01, 1]; default: the serving profile's "
+        "(ignored under experts-only).", fraction))
+    compute_efficiency: float | None = field(default=None, metadata=option(
+        "--compute-efficiency", "Achieved fraction of peak FLOP/s, in [0.01, 1]; default: the serving profile's.", fraction))
+    step_overhead_s: float | None = field(default=None, metadata=option(
+        "--step-overhead", "Fixed time per verification step (sampling, scheduling), a time with its unit, e.g. 30us; "
+        "default: the serving profile's.", duration))
+    draft_time_s: float | None = field(default=None, metadata=option(  # per speculative step
+        "--draft-time", "Draft time per speculative step, a time with its unit, e.g. 1.5ms; default: tree depth x "
+        "one draft forward (drafts.py).", duration))
+    link_latency_s: float | None = field(default=None, metadata=option(  # per collective
+        "--link-latency", "Latency per collective (all-reduce or all-to-all round), a time with its unit, e.g. 5us; "
+        "default: the serving profile's.", duration))
+    overlap: Literal["max", "sum"] | None = field(default=None, metadata=option(
+        "--overlap", "How memory and compute time combine: max (they overlap: GPUs) or sum (CPUs); default: the "
+        "hardware or serving profile's.", choice("max", "sum")))
 
 
 @lru_cache(maxsize=None)

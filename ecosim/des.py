@@ -28,7 +28,8 @@ from ecosim.cost import CostModel
 from ecosim.errors import EcoSimError
 from ecosim.metrics import Row
 from ecosim.policies import PolicySpec
-from ecosim.replay import Steps, TraceReplay, make_row
+from ecosim.replay import TraceReplay
+from ecosim.steps import Steps, make_row
 from ecosim.trace.io import Trace
 
 

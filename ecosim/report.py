@@ -33,6 +33,22 @@ class ReportConfig:
     reports: Path = Path("reports")  # the notebooks' folder (the repository's, run from its root); run in its parent
     validation: Path | None = None  # a `validate report` folder (measured vs simulated)
     only: tuple[str, ...] = ()
+    # Real routing (a routing set, or the shared npz folder) for the real / hybrid / synthetic routing
+    # comparison; None: ../shared/data/gpt-oss-20b-routing beside the repository, where it exists.
+    routing: Path | None = None
+
+    def routing_dir(self) -> Path | None:
+        """The real routing the notebooks get, or None (they then show synthetic routing only)."""
+        if self.routing is not None:
+            if not self.routing.exists():
+                raise EcoSimError(f"{self.routing}: no such routing directory")
+            return self.routing
+        default = self.default_routing()
+        return default if default.is_dir() else None
+
+    def default_routing(self) -> Path:
+        """../shared/data/gpt-oss-20b-routing beside the repository (the reports folder's parent)."""
+        return self.reports.resolve().parent.parent / "shared" / "data" / "gpt-oss-20b-routing"
 
 
 def notebooks(reports: Path = Path("reports"), only: tuple[str, ...] = ()) -> list[Path]:
@@ -71,6 +87,7 @@ def build(cfg: ReportConfig, progress=None) -> list[Path]:
     if not cfg.traces.exists():
         raise EcoSimError(f"{cfg.traces}: no such traces directory")
     pages = notebooks(cfg.reports, cfg.only)  # an unknown --only is refused before anything else
+    routing = cfg.routing_dir()
     check_output(cfg.out, REPORT_BUILD)  # a build is rebuilt; any other folder is never written into
     try:
         import jupytext
@@ -90,6 +107,7 @@ def build(cfg: ReportConfig, progress=None) -> list[Path]:
             "traces": str(cfg.traces.resolve()),
             "out": str(out / src.stem),
             "validation": str(cfg.validation.resolve()) if cfg.validation else "",
+            "routing": str(routing.resolve()) if routing else "",
         }
         (out / src.stem).mkdir(exist_ok=True)
         raw = out / f"{src.stem}.ipynb"

@@ -17,8 +17,9 @@ import numpy as np
 from ecosim.cost import CostModel
 from ecosim.metrics import Row
 from ecosim.policies import PolicySpec
-from ecosim.replay import Steps, TraceReplay, summarize
-from ecosim.trace.io import Trace, _load_manifest, iter_request_chunks, row_bytes
+from ecosim.replay import TraceReplay, summarize
+from ecosim.steps import Steps
+from ecosim.trace.io import Trace, iter_request_chunks, read_manifest, row_bytes
 
 # Working memory per node row, as a multiple of its size as arrays: the row, its experts packed as
 # bitsets (as large again for top-8 of 256), Parquet decoding and the selection's temporaries.
@@ -29,7 +30,7 @@ WORKING_SET = 8
 def max_rows(path: Path, max_memory: float) -> int:
     import pyarrow.parquet as pq
 
-    manifest = _load_manifest(path)
+    manifest = read_manifest(path)
     gates = pq.read_schema(path / "nodes.parquet").get_field_index("gates") >= 0
     return max(1, int(max_memory // (WORKING_SET * row_bytes(manifest, gates))))
 
@@ -48,7 +49,7 @@ def run_streamed(path: Path, spec: PolicySpec, cost: CostModel, max_memory: floa
         parts.append(replay.oracle_steps(cost) if bound else replay.steps(spec, cost))
     if first is None:
         raise ValueError(f"{path}: no requests")
-    requests = len(_load_manifest(path)["requests"])
+    requests = len(read_manifest(path)["requests"])
     return summarize(first, concat(parts), cost, cache=not bound, requests=requests)
 
 
@@ -62,7 +63,7 @@ class StreamedReplay:
     @cached_property
     def trace(self) -> Trace:
         """The manifest only (no rows): enough for the cost model and the labels."""
-        return Trace(self.path, _load_manifest(self.path), {}, {})
+        return Trace(self.path, read_manifest(self.path), {}, {})
 
     def run(self, spec: PolicySpec, cost: CostModel) -> Row:
         return run_streamed(self.path, spec, cost, self.max_memory)

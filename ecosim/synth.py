@@ -24,6 +24,7 @@ import numpy as np
 from ecosim.catalog.models import ModelShape
 from ecosim.errors import EcoSimError
 from ecosim.routing.generator import GROUP_LIMITED, Router, RoutingKnobs, route_trees
+from ecosim.routing.presets import KNOBS, preset_knobs, preset_source
 from ecosim.synth_draft import default_draft, draft_manifest
 from ecosim.trace.io import write_trace
 from ecosim.tree_config import TREE
@@ -135,6 +136,15 @@ def _grow_trees(n_trees: int, cfg: SynthConfig, tokens: _Tokens, rng: np.random.
     tlp[:, 0] = np.nan
     out["target_logprob"] = tlp.astype(np.float32)
     return out
+
+
+def calibrated(model: ModelShape | str, **overrides: Any) -> SynthConfig:
+    """The config that routes like the shape's shipped preset (fitted to real gpt-oss-20b routing, or
+    scaled from that fit by shape: the preset's `source` says which), other fields from `overrides`.
+    Reports and benchmarks take their synthetic big-model traces from here."""
+    k = preset_knobs(model)
+    knobs = {name: getattr(k, name) for name in KNOBS}
+    return SynthConfig(**{**knobs, "preset": preset_source(model), **overrides})
 
 
 def knobs_for(model: ModelShape, cfg: SynthConfig) -> RoutingKnobs:

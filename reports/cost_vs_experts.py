@@ -22,22 +22,18 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ecosim.catalog.devices import DEVICES
-from ecosim.catalog.models import get_model
-from ecosim.cost import CostConfig, CostModel
-from ecosim.placements import Hbm
+import ecosim
 from reports._common import save
 
-model = get_model("deepseek-v3.1")
+model = ecosim.model_shape("deepseek-v3.1")
 L, E, k = model.num_moe_layers, model.num_experts, model.top_k
 per_layer = np.arange(k, E + 1, 4)
 tokens = np.full(len(per_layer), 16)
 context = np.full(len(per_layer), 1024)
 
 fig, ax = plt.subplots()
-for name, device in DEVICES.items():
-    cost = CostModel(model, device, Hbm(), CostConfig())
-    t = cost.step_times(np.repeat(per_layer[:, None], L, axis=1), tokens, context, speculative=False)
+for name, device in ecosim.devices().items():
+    t = ecosim.step_times(model, device, np.repeat(per_layer[:, None], L, axis=1), tokens, context)
     ax.plot(per_layer * L, t * 1e3, label=f"{name} ({device.hbm_bw / 1e12:.3g} TB/s)")
 ax.set_xlabel(f"active experts per step (sum over {L} MoE layers)")
 ax.set_ylabel("simulated verification time (ms)")
@@ -55,8 +51,7 @@ save(fig, out, "cost_vs_experts")
 plt.show()
 
 # %%
-slope = {n: (CostModel(model, d, Hbm(), CostConfig()).step_times(np.full((2, L), [[k], [k + 1]]), np.array([16, 16]),
-                                                                        np.array([1024, 1024]), False)) @ np.array([-1.0, 1.0]) / L * 1e6
-         for n, d in DEVICES.items()}
+slope = {n: ecosim.step_times(model, d, np.full((2, L), [[k], [k + 1]]), np.array([16, 16]), np.array([1024, 1024]))
+         @ np.array([-1.0, 1.0]) / L * 1e6 for n, d in ecosim.devices().items()}
 for n, s in slope.items():
     print(f"{n:>7}: +{s:.2f} us per extra expert activated in one MoE layer")

@@ -18,55 +18,45 @@ budget = 16
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
+import polars as pl
 
-from ecosim.catalog.devices import get_device
-from ecosim.cost import CostConfig
-from ecosim.metrics import total
-from ecosim.placements import parse_placement
+import ecosim
 from ecosim.policies import PolicySpec
-from ecosim.replay import TraceReplay
-from ecosim.simulate import cost_model
 from reports._common import kind, real_or_all, save
 
 real, data = real_or_all(traces)
 print("replayed:", ", ".join(f"{t.name} ({kind(t)})" for t in real))
-replays = [TraceReplay(t) for t in real]
 lambdas = np.round(np.arange(0, 2.01, 0.1), 2)
 settings = [("h200", "1TB/s", "hbm"), ("h200", None, "hbm"), ("h200", None, "ep:4"), ("h200", None, "offload:8")]
 
 
-def run(spec, hw, bw, placement):
-    device = get_device(hw)
-    if bw:
-        from ecosim.units import parse_quantity
-        device = device.replace(hbm_bw=parse_quantity(bw, "bandwidth"))
-    rows = [r.run(spec, cost_model(r.trace, device, parse_placement(placement), CostConfig())) for r in replays]
-    return total(rows)
+def run(specs, hw, bw, placement):
+    """The pooled row (totals over the traces) of each policy, in the order given."""
+    df = ecosim.replay(real, specs, hw, placement, bw=bw, total=True)
+    return df.filter(pl.col("trace") == "total").to_dicts()
 
 
 fig, axes = plt.subplots(2, len(settings), figsize=(4.2 * len(settings), 7), sharex=True)
 for j, (hw, bw, placement) in enumerate(settings):
-    ar = run(PolicySpec("ar"), hw, bw, placement)
-    conf = run(PolicySpec("confidence", budget), hw, bw, placement)
-    orc = run(PolicySpec("oracle"), hw, bw, placement)
-    eco = [run(PolicySpec("ecospec", budget, float(l), "oracle"), hw, bw, placement) for l in lambdas]
-    sp = [ar.time_per_token_s / e.time_per_token_s for e in eco]
+    ar, conf, orc, *eco = run([PolicySpec("ar"), PolicySpec("confidence", budget), PolicySpec("oracle")]
+                              + [PolicySpec("ecospec", budget, float(l), "oracle") for l in lambdas], hw, bw, placement)
+    sp = [ar["time_per_token_s"] / e["time_per_token_s"] for e in eco]
     top, bottom = axes[0, j], axes[1, j]
     top.plot(lambdas, sp, marker=".", label="ecospec (oracle predictor)")
-    top.axhline(ar.time_per_token_s / conf.time_per_token_s, color="C1", ls="--", label=f"confidence b={budget}")
-    if not parse_placement(placement).stateful:  # under offload the bound prices every expert as a hit: too loose to draw
-        top.axhline(ar.time_per_token_s / orc.time_per_token_s, color="k", ls=":", label="oracle bound")
+    top.axhline(ar["time_per_token_s"] / conf["time_per_token_s"], color="C1", ls="--", label=f"confidence b={budget}")
+    if not ecosim.placement_of(placement).stateful:  # under offload the bound prices every expert as a hit: too loose to draw
+        top.axhline(ar["time_per_token_s"] / orc["time_per_token_s"], color="k", ls=":", label="oracle bound")
     top.set_title(f"{hw} {bw or 'data-sheet bw'}, {placement}", fontsize=9)
-    bottom.plot(lambdas, [e.experts_per_step for e in eco], marker=".", label="ecospec")
-    bottom.axhline(conf.experts_per_step, color="C1", ls="--", label="confidence")
+    bottom.plot(lambdas, [e["experts_per_step"] for e in eco], marker=".", label="ecospec")
+    bottom.axhline(conf["experts_per_step"], color="C1", ls="--", label="confidence")
     bottom.set_xlabel("lambda (cost weight)")
     if j == 0:
         top.set_ylabel("speedup over ar (x)")
         bottom.set_ylabel("experts loaded per step")
         top.legend(fontsize=7)
     best = int(np.argmax(sp))
-    print(f"{hw} {bw or ''} {placement}: confidence {ar.time_per_token_s / conf.time_per_token_s:.3f}x, "
-          f"best ecospec {sp[best]:.3f}x at lambda {lambdas[best]}, oracle {ar.time_per_token_s / orc.time_per_token_s:.3f}x")
+    print(f"{hw} {bw or ''} {placement}: confidence {ar['time_per_token_s'] / conf['time_per_token_s']:.3f}x, "
+          f"best ecospec {sp[best]:.3f}x at lambda {lambdas[best]}, oracle {ar['time_per_token_s'] / orc['time_per_token_s']:.3f}x")
 fig.suptitle(f"ecospec against lambda, budget {budget} (simulated on {data} traces)")
 save(fig, out, "lambda_sweep")
 plt.show()

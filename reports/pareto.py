@@ -14,27 +14,18 @@ validation = ""
 # %%
 import matplotlib.pyplot as plt
 import numpy as np
+import polars as pl
 
-from ecosim.catalog.devices import get_device
-from ecosim.cost import CostConfig
-from ecosim.metrics import total
-from ecosim.placements import Hbm
+import ecosim
 from ecosim.policies import PolicySpec
-from ecosim.replay import TraceReplay
-from ecosim.simulate import cost_model
 from reports._common import real_or_all, save
 
 real, label = real_or_all(traces)
-replays = [TraceReplay(t) for t in real]
-device = get_device("h200")
-
 specs = [PolicySpec("ar")]
 specs += [PolicySpec("confidence", b) for b in (2, 4, 8, 16, 32)]
 specs += [PolicySpec("ecospec", b, float(l), "oracle") for b in (4, 8, 16, 32) for l in (0.1, 0.25, 0.5, 1.0, 2.0)]
-points = []
-for s in specs:
-    row = total([r.run(s, cost_model(r.trace, device, Hbm(), CostConfig())) for r in replays])
-    points.append((s, row.experts_per_step, row.time_per_token_s * 1e3))
+pooled = ecosim.replay(real, specs, "h200", "hbm", total=True).filter(pl.col("trace") == "total")  # totals over the traces
+points = [(s, row["experts_per_step"], row["time_per_token_s"] * 1e3) for s, row in zip(specs, pooled.to_dicts())]
 
 
 def front(pts):

@@ -10,7 +10,8 @@
 # 1. Recall@k per MoE layer: the share of the true top-k experts in the predicted top-k. Left: the
 #    **real** traces under `traces/` (recorded from the trained tiny pair, 4 MoE layers of 32
 #    experts, top-4). Right: a small **synthetic** DeepSeek-V3.1-shaped trace (`ecosim synth`, 58
-#    MoE layers of 256 experts, top-8): an illustration of the model, not a measurement. It is
+#    MoE layers of 256 experts, top-8, routed by its calibrated preset: gpt-oss-20b's fit to real
+#    routing scaled by shape, ecosim/routing/scale.py): an illustration of the model, not a measurement. It is
 #    smaller here (24 positions, 2-fold) than for the README's table (64 positions, 4-fold), so its
 #    predictors train on less and their recall is lower.
 # 2. On the real traces, simulated H200: `ecospec` at each predictor's best lambda against
@@ -48,28 +49,24 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ecosim.catalog.models import get_model
-from ecosim.analysis.predictor_compare import PREDICTORS, compare, markdown_table, summary_tables, to_dict
-from ecosim.placements import parse_placement
-from ecosim.sweep.grid import Pricing, parse_axis, parse_placements
-from ecosim.synth import SynthConfig, write_synthetic
-from ecosim.trace.io import read_trace
+import ecosim
+from ecosim.synth import calibrated, write_synthetic
+from ecosim.trace import read_trace
 from reports._common import kind, real_or_all, save
 
 t0 = time.time()
 real, data = real_or_all(traces)
 print("replayed:", ", ".join(f"{t.name} ({kind(t)})" for t in real))
-lams = parse_axis("lambda", lambdas)
-pricings = [Pricing("h200", None, p) for p in parse_placements(placements)]
-doc = to_dict(compare(real, list(PREDICTORS), budget, lams, pricings), budget, lams, "difference", 4)
+doc = ecosim.compare_predictors(real, budget=budget, lambdas=lambdas, hardware="h200", placements=placements)
+lams = doc["lambdas"]
 with tempfile.TemporaryDirectory() as tmp:
-    cfg = SynthConfig(requests=synthetic_requests, positions=synthetic_positions, seed=0)
-    synth = read_trace(write_synthetic(f"{tmp}/deepseek-v3.1-synthetic", get_model("deepseek-v3.1"), cfg))
-    sdoc = to_dict(compare([synth], list(PREDICTORS), budget, [0.0], [], folds=synthetic_folds, replay=False),
-                   budget, [0.0], "difference", synthetic_folds)
+    cfg = calibrated("deepseek-v3.1", requests=synthetic_requests, positions=synthetic_positions, seed=0)
+    synth = read_trace(write_synthetic(f"{tmp}/deepseek-v3.1-synthetic", ecosim.model_shape("deepseek-v3.1"), cfg))
+    sdoc = ecosim.compare_predictors([synth], budget=budget, lambdas=[0.0], placements=[], folds=synthetic_folds,
+                                     replay=False)
 both = {**doc, "groups": doc["groups"] + sdoc["groups"]}
-for table in summary_tables(both):
-    print(markdown_table(*table), end="\n\n")
+for table in ecosim.predictor_tables(both):
+    print(table, end="\n\n")
 print(f"(synthetic recall with {synthetic_folds}-fold by request; computed in {time.time() - t0:.0f} s)")
 
 # %% [markdown]
@@ -121,7 +118,7 @@ left.set_ylabel("fraction of the oracle predictor's gain kept")
 left.set_ylim(0, 1.35)
 left.legend(fontsize=8, loc="upper left")
 left.set_title(f"gain = confidence − ecospec (best λ) time per token, budget {budget}", fontsize=9)
-bound = next((p for p in grp["pricings"] if parse_placement(p["placement"]).stateful), grp["pricings"][-1])
+bound = next((p for p in grp["pricings"] if ecosim.placement_of(p["placement"]).stateful), grp["pricings"][-1])
 for i, e in enumerate(bound["ecospec"]):
     right.plot([c["lambda"] for c in e["curve"]], [c["time_per_token_s"] * 1e6 for c in e["curve"]], marker=".",
                color=f"C{i}", label=f"ecospec, {e['predictor']}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -65,3 +66,52 @@ def test_to_pandas(write):
     pytest.importorskip("pandas")
     df = ecosim.replay(write(tiny_trace(5)), policy="ar")
     assert list(df.to_pandas().columns) == df.columns
+
+
+def test_pooled_rows_are_the_totals_of_the_per_trace_rows(write):
+    a, b = write(tiny_trace(6), "a"), write(tiny_trace(7), "b")
+    df = ecosim.replay([a, b], policy="confidence", budget=4, bw="1TB/s")
+    assert df["trace"].to_list() == ["a", "b", "total"]
+    per, pooled = df.filter(pl.col("trace") != "total"), df.filter(pl.col("trace") == "total")
+    for col in ("tokens", "steps", "expert_loads", "time_s"):
+        assert pooled[col][0] == pytest.approx(per[col].sum())
+    assert pooled["time_per_token_s"][0] == pytest.approx(per["time_s"].sum() / per["tokens"].sum())
+    assert df.equals(ecosim.replay([a, b], policy="confidence", budget=4, bw=1e12))  # the text is exact
+    one = ecosim.replay(a, policy="confidence", budget=4, bw=1e12, total=True)
+    assert one["trace"].to_list() == ["a", "total"] and one["time_s"][0] == one["time_s"][1]
+    assert ecosim.replay([a, b], policy="ar", total=False)["trace"].to_list() == ["a", "b"]
+
+
+def test_step_times_is_the_cost_model_by_hand_under_experts_only():
+    m = ecosim.model_shape("deepseek-v3.1")
+    h200 = ecosim.devices()["h200"]
+    experts = np.array([[8] * m.num_moe_layers, [64] * m.num_moe_layers])
+    t = ecosim.step_times("deepseek-v3.1", "h200", experts, np.array([16, 16]), np.array([1024, 1024]),
+                          cost=CostConfig(mode="experts-only"))
+    assert t == pytest.approx(experts.sum(axis=1) * m.expert_bytes / h200.hbm_bw)  # sum of unions x bytes / bw
+    full = ecosim.step_times(m, h200, experts, np.array([16, 16]), np.array([1024, 1024]))
+    assert (full > t).all() and full[1] > full[0]
+    assert ecosim.placement_of("offload:8").stateful and ecosim.placement_of("ep:4").devices == 4
+
+
+def test_unions_grow_with_the_budget_and_one_token_reads_top_k(write):
+    t = write(tiny_trace(8))
+    root = ecosim.unions(t, "confidence", budget=0)
+    tree = ecosim.unions(t, ecosim.policies.PolicySpec("confidence", 8))
+    assert root.columns == ["trace", "experts_per_layer"] and root.height == 1
+    assert tree["experts_per_layer"][0] > root["experts_per_layer"][0]
+
+
+def test_compare_predictors_is_the_cli_json(write, capsys):
+    t = write(tiny_trace(9, requests=3))
+    doc = ecosim.compare_predictors(t, "freq,oracle", budget=4, lambdas=[0.0, 0.5], placements="hbm")
+    assert main(["predictor", "compare", str(t), "--predictor", "freq,oracle", "--budget", "4", "--lambda", "0,0.5",
+                 "--placement", "hbm", "--json"]) == 0
+    def results(d):  # all but the timings of the predictors (seconds, microseconds per candidate)
+        if isinstance(d, dict):
+            return {k: results(v) for k, v in d.items() if not k.endswith(("seconds", "per_candidate"))}
+        return [results(v) for v in d] if isinstance(d, list) else d
+
+    assert results(json.loads(json.dumps(doc))) == results(json.loads(capsys.readouterr().out))
+    tables = ecosim.predictor_tables(doc)
+    assert tables and all(t.count("\n| ") >= 2 for t in tables)  # a header and at least one row each

@@ -34,9 +34,24 @@ def expected() -> set[str]:
     return names
 
 
+def _gpt_oss_20b_routing(path) -> None:
+    """A small routing folder in the shared npz layout, gpt-oss-20b's shape (24 layers x 32, top-4)."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    lens = np.array([60, 55, 58, 61, 50])
+    e = np.argsort(rng.random((int(lens.sum()), 24, 32)), axis=-1)[..., :4].astype(np.int8)
+    path.mkdir()
+    np.savez(path / "routing.npz", expert_ids=e, token=rng.integers(0, 500, len(e)).astype(np.int32),
+             seq_start=np.concatenate([[0], np.cumsum(lens)[:-1]]), seq_len=lens)
+    (path / "meta.json").write_text(json.dumps({"model": "gpt-oss-20b", "experts": 32, "top_k": 4}))
+
+
 def test_bench_quick_reports_every_figure(tmp_path):
     out = tmp_path / "bench.json"
-    res = subprocess.run([str(ROOT / "bench" / "run"), "--quick", "--json", str(out), "--cache", str(tmp_path / "cache")],
+    _gpt_oss_20b_routing(tmp_path / "routing")
+    res = subprocess.run([str(ROOT / "bench" / "run"), "--quick", "--json", str(out), "--cache", str(tmp_path / "cache"),
+                          "--routing", str(tmp_path / "routing")],
                          capture_output=True, text=True, timeout=300,
                          env={**os.environ, "PYTHON": sys.executable})
     assert res.returncode == 0, res.stderr[-2000:]
@@ -52,7 +67,7 @@ def test_bench_quick_reports_every_figure(tmp_path):
            "auto_ms_per_token", "reference_ms_per_token", "evict_ms_per_token", "cascade_ms_per_token",
            "eagle2_default_ms_per_token", "sglang_default_ms_per_token", "vllm_chain_best_ms_per_token",
            "calibration_ece", "auto_over_confidence", "auto_of_reference", "winner_over_ar")
-    for t in (*REAL, *SHAPES):
+    for t in (*REAL, *SHAPES, "gpt-oss-20b-hybrid"):
         groups = {n.rsplit(".", 1)[0] for n in figures if n.startswith(f"quality.{t}.h200.")}
         assert groups, f"no quality figures for {t}"
         for g in groups:
@@ -63,4 +78,12 @@ def test_bench_quick_reports_every_figure(tmp_path):
         if name in figures:
             assert figures[name]["met"], name
     assert doc["meta"]["quick"] and doc["meta"]["date"] and doc["meta"]["machine"]["cores"]
+    assert figures["quality.gpt-oss-20b-hybrid.h200.hbm.ar_ms_per_token"]["note"].startswith("hybrid, gpt-oss-20b")
+    # generated traces are cached under their preset's hash: a refitted preset is never served stale
+    from ecosim.routing.presets import preset_hash
+
+    cached = {p.name for p in (tmp_path / "cache" / "quick").iterdir()}
+    for s in SHAPES:
+        assert any(n.startswith(f"{s}-") and n.endswith(f"-preset{preset_hash(s)}") for n in cached), (s, cached)
+    assert any(n.startswith("hybrid-gpt-oss-20b-") and f"-preset{preset_hash('gpt-oss-20b')}-" in n for n in cached), cached
     assert "figure" in res.stdout and "bench/run --quick" in res.stdout  # the one table at the end

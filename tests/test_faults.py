@@ -36,7 +36,7 @@ from conftest import ROOT, assert_same_trace, hand_trace, tiny_trace
 from ecosim.cli import main as ecosim_main
 from ecosim.errors import EcoSimError
 from ecosim.sweep.runner import KILL_AFTER_PART
-from ecosim.trace import io as trace_io
+from ecosim.trace import write as trace_write
 from ecosim.trace.io import check_trace, write_trace
 
 KILLS = 50
@@ -406,7 +406,7 @@ def test_full_disk_mid_write_leaves_the_previous_trace(tmp_path, monkeypatch, st
         def no_exchange(a, b):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-        monkeypatch.setattr(trace_io, "_exchange", no_exchange)
+        monkeypatch.setattr(trace_write, "_exchange", no_exchange)
     with pytest.raises(EcoSimError) as e:
         write_trace(path, *tiny_trace(3))
     msg = str(e.value)

@@ -12,6 +12,7 @@ from conftest import ROOT
 
 pytest.importorskip("papermill")
 
+from ecosim.errors import EcoSimError  # noqa: E402
 from ecosim.report import ORDER, ReportConfig, build, notebooks  # noqa: E402
 
 
@@ -47,4 +48,20 @@ def test_a_clean_build_prints_one_line_per_notebook_and_nothing_alarming(tmp_pat
                        capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
-    assert r.stdout.splitlines() == [f"built {out.resolve() / 'expert_scattering.html'}", f"1 reports in {out}"]
+    lines = r.stdout.splitlines()
+    if ReportConfig(reports=ROOT / "reports").routing_dir() is None:  # a clean clone: no ../shared beside it
+        assert lines[0].startswith("routing: none at ") and lines[0].endswith("(give --routing DIR)")
+        lines = lines[1:]
+    assert lines == [f"built {out.resolve() / 'expert_scattering.html'}", f"1 reports in {out}"]
+
+
+def test_routing_defaults_beside_the_repository_and_a_given_one_must_exist(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "reports").mkdir(parents=True)
+    cfg = ReportConfig(reports=repo / "reports")
+    assert cfg.routing_dir() is None  # absent: the reports run without it
+    shared = tmp_path / "shared" / "data" / "gpt-oss-20b-routing"
+    shared.mkdir(parents=True)
+    assert cfg.routing_dir() == shared
+    with pytest.raises(EcoSimError, match="no such routing directory"):
+        ReportConfig(routing=tmp_path / "elsewhere").routing_dir()

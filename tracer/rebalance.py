@@ -12,35 +12,28 @@ to the next-token and batch-balance losses, a *sequence-wise* balance loss (Deep
 complementary loss: the Switch loss computed over each sequence on its own and averaged), then
 re-distils the draft against the changed target for a few hundred steps so that they still agree.
 It rewrites both models in place, records its settings and figures under `rebalance` in
-`train_metrics.json`, and re-renders the model card (`tracer.train_pair.write_card`).
+`train_metrics.json`, and re-renders the model card (`tracer.training.card`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from tracer.corpus import collect, split
-from tracer.train_pair import (
-    PAD_ID,
-    Windows,
-    encode_stream,
-    eval_windows,
-    evaluate_greedy,
-    evaluate_val,
-    fmt_time,
-    load_prompts,
-    train_draft,
-    train_target,
-    write_card,
-)
+from tracer.training.card import write_card
+from tracer.training.config import PAD_ID
+from tracer.training.data import Windows, encode_stream, eval_windows, load_prompts
+from tracer.training.distill import train_draft
+from tracer.training.log import fmt_time
+from tracer.training.measure import evaluate_greedy, evaluate_val
+from tracer.training.pipeline import deterministic
+from tracer.training.target_loop import train_target
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,11 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
     transformers.logging.set_verbosity_error()
     t0 = time.time()
-    torch.set_num_threads(args.threads)
-    torch.use_deterministic_algorithms(True)
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
+    deterministic(args.seed, args.threads)
     metrics_path = args.model / "train_metrics.json"
     m = json.loads(metrics_path.read_text(encoding="utf-8"))
     base = m["args"]

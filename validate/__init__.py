@@ -12,10 +12,14 @@ One module per job:
 - `decode`: real speculative decoding (draft, select, verify only the selected subtree, accept
   greedily, keep the accepted path in the KV cache) and plain greedy decoding, the reference.
 - `calibrate`: microbenchmarks of the model's own verification forwards (forced routing: chosen
-  tokens x chosen expert unions) and draft steps, fitted by least squares into a hardware profile.
+  tokens x chosen expert unions) and draft steps, fitted by least squares into a hardware profile;
+  a package: `config` (CalibConfig), `design` (the cases), `timing` (running them), `fit`,
+  `profile` (the JSON), `host` (memory, CPU name), `pair` (all of it on a loaded pair).
 - `bench`: those microbenchmarks on a loaded pair (the routing forced by a router hook).
-- `measure`: the whole `validate run`: record a trace on the spot, decode with each policy, check
-  losslessness.
+- `recorded`: the trace a run decodes: recording it, its tree options, prompts and tokens.
+- `run_config`: what `validate run` takes, checked before anything is loaded or written.
+- `measure`: the whole `validate run`, a function per phase: record a trace on the spot, decode
+  with each policy, check losslessness, write the measurements.
 - `compare`: the simulator's prediction for the same trace and profile against the measurement;
   every figure it writes is defined in its docstring.
 - `report`: the comparison as a table and the lines that say whether the targets are met.

@@ -22,6 +22,9 @@ from ecosim.errors import EcoSimError
 from ecosim.outputs import COMPARISON, PROFILE, check_output
 from ecosim.policies import registry
 from ecosim.tree_config import TREE, TreeShape
+from validate.calibrate.config import CalibConfig
+
+CALIB = CalibConfig()  # the defaults of `validate calibrate` and of the on-the-spot calibration
 
 app = make_app("validate", "Run a policy end to end on real hardware and compare with what the simulator predicts.")
 
@@ -45,6 +48,11 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
     if not vals or min(vals) < 1:
         raise EcoSimError(f"{name} {text!r}: expected positive integers")
     return vals
+
+
+def _csv(values: tuple[int, ...]) -> str:
+    """A tuple default as the comma-separated text the option takes."""
+    return ",".join(str(v) for v in values)
 
 
 def _overlap(overlap: str, device: str) -> str:
@@ -77,16 +85,16 @@ def calibrate(
     dtype: Dtype = "auto",
     attn: Attn = "auto",
     threads: Threads = 1,
-    tokens: Annotated[str, typer.Option(help="Tokens per verify forward to benchmark, comma-separated.")] = "1,2,3,4,6,8,12,16,24,32,48,64",
-    levels: Annotated[int, typer.Option(help="Expert-union levels per token count, spread over [top_k, min(experts, tokens x top_k)].")] = 4,
-    contexts: Annotated[str, typer.Option(help="Context lengths (tokens in the KV cache) to benchmark at, comma-separated.")] = "48,160",
-    repeats: Annotated[int, typer.Option(help="Runs of each case (the median is fitted).")] = 5,
+    tokens: Annotated[str, typer.Option(help=CalibConfig.help("tokens"))] = _csv(CALIB.tokens),
+    levels: Annotated[int, typer.Option(help=CalibConfig.help("levels"))] = CALIB.levels,
+    contexts: Annotated[str, typer.Option(help=CalibConfig.help("contexts"))] = _csv(CALIB.contexts),
+    repeats: Annotated[int, typer.Option(help=CalibConfig.help("repeats"))] = CALIB.repeats,
     depth: Annotated[int, typer.Option(help=TreeShape.help("depth") + " As recorded (tracer record --depth).")] = TREE.depth,
     topk: Annotated[int, typer.Option(help=TreeShape.help("topk") + " As recorded.")] = TREE.topk,
     max_nodes: Annotated[int, typer.Option(help=TreeShape.help("max_nodes") + " As recorded.")] = TREE.max_nodes,
-    budget: Annotated[int, typer.Option(help="Budget of the confidence selection timed with the draft.")] = 16,
+    budget: Annotated[int, typer.Option(help=CalibConfig.help("budget"))] = CALIB.budget,
     overlap: Overlap = "auto",
-    seed: Annotated[int, typer.Option(help="Seed of the random contexts, trees and expert sets.")] = 0,
+    seed: Annotated[int, typer.Option(help=CalibConfig.help("seed"))] = CALIB.seed,
     clock: ClockOpt = "wall",
     prompts: Annotated[list[Path] | None, typer.Option(help="Prompt files (JSON Lines) whose text the contexts and draft roots are "
                                                             "cut from (default: the --trace's text, else random tokens).")] = None,
@@ -95,13 +103,14 @@ def calibrate(
     force: Annotated[bool, typer.Option("--force", help="Replace a profile already at --out (any other file is never replaced).")] = False,
 ) -> None:
     """Measure this device as ecosim's cost model needs it: fit bandwidth, compute, overhead and draft time."""
-    from validate.calibrate import HUGE, CalibConfig
-    from validate.clock import make_clock
     from tracer.pair import load_pair
-    from validate.measure import calibrate_pair, check_one_device
+    from validate.calibrate import HUGE
+    from validate.calibrate.pair import calibrate_pair
+    from validate.clock import make_clock
+    from validate.run_config import check_one_device
 
-    cfg = CalibConfig(_ints(tokens, "--tokens"), levels, _ints(contexts, "--contexts"), repeats, 3,
-                      depth, topk, max_nodes, budget, _overlap(overlap, device), seed)
+    cfg = CalibConfig(tokens=_ints(tokens, "--tokens"), levels=levels, contexts=_ints(contexts, "--contexts"), repeats=repeats,
+                      depth=depth, topk=topk, max_nodes=max_nodes, budget=budget, overlap=_overlap(overlap, device), seed=seed)
     cfg.check()
     check_output(out, PROFILE, force=force)
     check_one_device(device)
@@ -115,10 +124,10 @@ def calibrate(
     recorded = None
     if trace is not None:
         from ecosim.trace.io import read_trace
-        from validate.measure import _check_same_model
+        from validate.recorded import check_same_model
 
         recorded = read_trace(trace)
-        _check_same_model(pair, recorded)
+        check_same_model(pair, recorded)
     doc = calibrate_pair(pair, cfg, make_clock(clock, pair.target.device), clock, text=text, trace=recorded)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
@@ -157,7 +166,7 @@ def run_cmd(
     trace: Annotated[Path | None, typer.Option(help="Use this recorded trace instead of recording one (its prompts and tree options are used).")] = None,
     calib_repeats: Annotated[int, typer.Option(help="On-the-spot calibration: runs of each case.")] = 8,
     calib_tokens: Annotated[str, typer.Option(help="On-the-spot calibration: tokens per verify forward (those up to the largest "
-                                                   "budget + 1 are kept, and that size is added).")] = "1,2,3,4,6,8,12,16,24,32,48,64",
+                                                   "budget + 1 are kept, and that size is added).")] = _csv(CALIB.tokens),
     calib_contexts: Annotated[str | None, typer.Option(help="On-the-spot calibration: context lengths (default: the trace's shortest and longest).")] = None,
     overlap: Overlap = "auto",
     clock: ClockOpt = "wall",
@@ -171,7 +180,6 @@ def run_cmd(
     (mean or worst error, ranking, winner faster than confidence); 130 interrupted. --no-fail
     turns 3 into 0.
     """
-    from validate.calibrate import CalibConfig
     from validate.choice import from_flags, read_winner
     from validate.measure import RunConfig, command_line, run_validation
     from validate.report import render

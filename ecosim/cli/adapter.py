@@ -1,4 +1,5 @@
-"""Settings declared once, turned into typer options: the policy knobs of the registry.
+"""Settings declared once, turned into typer options: the policy knobs of the registry and the
+fields of config dataclasses (`CostConfig`) that carry an option in their metadata (ecosim/options.py).
 
 A command declares one parameter (say `knobs: dict`) and `with_options("knobs", ...)` replaces it,
 in the signature typer reads, by one `--flag` per option; the command receives their values as that
@@ -16,6 +17,7 @@ from typing import Annotated, Any, get_type_hints
 
 import typer
 
+from ecosim.options import field_options
 from ecosim.policies import Knob
 
 
@@ -46,6 +48,12 @@ def knob_options(knobs: Iterable[Knob], axis: bool = False, defaults: dict[str, 
         else:
             out.append(Opt(k.name, k.type, d, k.help, k.flag))
     return out
+
+
+def config_options(cls: type) -> list[Opt]:
+    """One text option per field of `cls` that declares one; not given: None, so the field's default
+    (or, for CostConfig, the profile's value) applies and an explicit 0 still counts as given."""
+    return [Opt(o.name, str | None, None, o.help, o.flag) for o in field_options(cls)]
 
 
 def with_options(into: str, options: Callable[[], list[Opt]]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

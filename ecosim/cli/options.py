@@ -1,17 +1,23 @@
-"""Options shared by the commands that price steps (replay, sweep): hardware, placement, cost."""
+"""Options shared by the commands that price steps (replay, sweep, tune): hardware and placement.
+
+The cost options are CostConfig's fields (ecosim/cost.py), turned into flags by adapter.config_options."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Annotated
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ecosim.catalog.devices import Device, get_device
-from ecosim.catalog.serving import load_serving
-from ecosim.cost import CostConfig
+from ecosim.cli.adapter import config_options, with_options
+from ecosim.cost import CostConfig, Terms
 from ecosim.errors import EcoSimError
+from ecosim.options import from_options
 from ecosim.units import parse_quantity
+
+if TYPE_CHECKING:  # typing only: the CLI options never need the sweep package loaded
+    from ecosim.sweep.grid import Pricing, Settings
 
 Hardware = Annotated[str, typer.Option(help="Catalogue device (h100, h200, b200, a100, mi300x) or a profile .json from `validate calibrate`.")]
 Bw = Annotated[str | None, typer.Option("--bw", help="Override the device's HBM bandwidth, e.g. 3.3TB/s.")]
@@ -20,12 +26,6 @@ LinkBw = Annotated[str | None, typer.Option(help="Override the per-direction dev
 PcieBw = Annotated[str | None, typer.Option(help="Override the per-direction host-to-device bandwidth, e.g. 64GB/s.")]
 Placement = Annotated[str, typer.Option(help="Where weights live: hbm (one device), tp:N (experts sharded over N devices), ep:N (experts split over N), tp:N+ep:M, offload:CAP[:lru|lfu] (CAP experts per layer in HBM).")]
 Devices = Annotated[int | None, typer.Option(min=1, help="Number of devices; shorthand for --placement ep:N when N > 1.")]
-CostMode = Annotated[str, typer.Option("--cost", help="full: the whole step; experts-only: only routed-expert bytes at raw bandwidth (checkable by hand).")]
-BwEff = Annotated[float | None, typer.Option(min=0.01, max=1.0, help="Achieved fraction of peak HBM bandwidth; default: the serving profile's (ignored under experts-only).")]
-ComputeEff = Annotated[float | None, typer.Option(min=0.01, max=1.0, help="Achieved fraction of peak FLOP/s; default: the serving profile's.")]
-Overhead = Annotated[str | None, typer.Option(help="Fixed time per verification step (sampling, scheduling), e.g. 30us; default: the serving profile's.")]
-Profile = Annotated[str | None, typer.Option(help="Serving profile: cuda-graphs, eager, or a .json of its fields (a `validate calibrate` profile too); default: the hardware profile's own terms, else cuda-graphs.")]
-DraftTime = Annotated[str | None, typer.Option(help="Draft time per speculative step, e.g. 1.5ms; default: tree depth x draft bytes / bandwidth.")]
 
 
 @dataclass(frozen=True)
@@ -49,19 +49,13 @@ class HardwareArgs:
         )
 
 
-def cost_config(mode: str, bw_efficiency: float | None, compute_efficiency: float | None, step_overhead: str | None,
-                draft_time: str | None, profile: str | None = None) -> CostConfig:
-    """The CLI's cost options; a value not given stays None so the profile's applies (cost.Terms)."""
-    if mode not in ("full", "experts-only"):
-        raise EcoSimError(f"--cost must be full or experts-only, got {mode!r}")
-    return CostConfig(
-        mode=mode,  # type: ignore[arg-type]
-        serving=load_serving(profile) if profile is not None else None,
-        bw_efficiency=bw_efficiency,
-        compute_efficiency=compute_efficiency,
-        step_overhead_s=parse_quantity(step_overhead, "time", allow_zero=True) if step_overhead is not None else None,
-        draft_time_s=parse_quantity(draft_time, "time", allow_zero=True) if draft_time is not None else None,
-    )
+# A command taking `cost: dict | None` gets one option per CostConfig field (--cost, --profile, ...).
+cost_options = with_options("cost", lambda: config_options(CostConfig))
+
+
+def cost_config(texts: dict[str, str | None] | None) -> CostConfig:
+    """The CostConfig of the cost options given; those not given stay None so the profile's apply."""
+    return from_options(CostConfig, texts or {})
 
 
 def placement_text(placement: str, devices: int | None) -> str:
@@ -70,3 +64,48 @@ def placement_text(placement: str, devices: int | None) -> str:
             raise EcoSimError(f"--devices {devices} conflicts with --placement {placement}")
         return f"ep:{devices}"
     return placement
+
+
+def terms_text(used: dict[str, object]) -> str:
+    """The serving profile and every step term priced with (cost.Terms, or CostModel.applied() with
+    the model's kernels per step); experts-only has none."""
+    if "serving" not in used:  # experts-only
+        return "cost experts-only, routed-expert bytes at the raw bandwidth"
+    f = {k: float(v) for k, v in used.items() if isinstance(v, (int, float))}
+    kernels = f"{int(f['kernels_per_step'])} kernels" if "kernels_per_step" in f else "kernels"
+    return (f"profile {used['serving']}: step fixed {f['step_fixed_s'] * 1e6:.4g} us + {kernels} "
+            f"x {f['kernel_latency_s'] * 1e6:.4g} us, collective {f['collective_latency_s'] * 1e6:.4g} us, "
+            f"bw eff {f['bw_efficiency']:.3g}, compute eff {f['compute_efficiency']:.3g}, GEMM tile {f['gemm_tile_rows']:g} rows, "
+            f"overlap {used['overlap']}, memory fraction {f['memory_fraction']:.3g}, "
+            f"speculative step +{int(f['spec_step_kernels'])} kernels + {int(f['spec_level_kernels'])} kernels and "
+            f"{f['spec_level_s'] * 1e6:.4g} us per level, host sync {f['spec_sync_s'] * 1e6:.4g} us"
+            + (" (overlapped)" if used["spec_overlap"] else ""))
+
+
+def used_text(used: dict[str, object], draft: dict[str, float]) -> str:
+    """The footer line naming the serving profile and every value a replay priced with (CLI values,
+    profile fields and defaults resolved: cost.Terms), with each trace's draft time per step."""
+    if len(set(draft.values())) == 1:  # the same draft and tree depth in every trace
+        drafts = f"draft {next(iter(draft.values())) * 1e3:.4g} ms/step"
+    else:
+        drafts = "draft " + ", ".join(f"{v * 1e3:.4g} ms/step ({k})" for k, v in draft.items())
+    return f"used: {terms_text(used)}; {drafts}"
+
+
+def used_terms(settings: Settings, pricings: list[Pricing]) -> dict[str, dict[str, Any]]:
+    """Per hardware, the step terms every configuration of a grid priced with (CLI values, the
+    hardware's and the serving profile's resolved: cost.Terms); the bandwidth axis does not change them."""
+    by_hw = {p.hardware: p for p in pricings}
+    if settings.cost.mode == "experts-only":
+        return {hw: {} for hw in by_hw}
+    return {hw: asdict(Terms.resolve(settings.cost, settings.device(p))) for hw, p in by_hw.items()}
+
+
+def used_lines(used: dict[str, dict[str, Any]], cost: CostConfig) -> list[str]:
+    """One `used on HW:` line per hardware of `used_terms`, with the draft time."""
+    dt = cost.draft_time_s
+    if cost.mode == "experts-only":
+        draft = "no draft time"
+    else:
+        draft = "draft: each trace's own draft model (drafts.py)" if dt is None else f"draft {dt * 1e3:.4g} ms/step"
+    return [f"used on {hw}: {terms_text(terms)}; {draft}" for hw, terms in used.items()]

@@ -18,7 +18,7 @@ from rich.table import Table
 from ecosim.analysis.predictor_compare import compare, group_label, markdown_table, pricing_label, summary_tables, to_dict
 from ecosim.cli import app, fail, make_app, wide_console
 from ecosim.outputs import PREDICTOR, check_output
-from ecosim.cli.options import BwEff, ComputeEff, CostMode, DraftTime, Overhead, Profile, cost_config
+from ecosim.cli.options import cost_config, cost_options, used_lines, used_terms
 from ecosim.predictors import BUILTIN, KINDS, ExpertPredictor, ScoringPredictor, Selection, get_predictor
 from ecosim.predictors.evaluate import Tally, evaluate
 from ecosim.predictors.view import draft_view, fingerprint, request_ids, request_mask
@@ -201,6 +201,7 @@ def _print_table(out: dict[str, Any]) -> None:
 
 
 @predictor_app.command("compare")
+@cost_options
 def compare_cmd(
     traces: TraceArgs,
     predictor: Annotated[str, typer.Option("--predictor", help="Comma list of predictors: kinds by name (k-fold by request), oracle, none, or files (in-sample on the requests they were trained on; they warn).")] = "freq,token,context,oracle",
@@ -212,12 +213,7 @@ def compare_cmd(
     placement: Annotated[str, typer.Option(help="Comma list of placements (hbm, ep:N, offload:CAP); offload makes expert reads cost.")] = "hbm,offload:8",
     folds: Annotated[int, typer.Option(min=2, help="Folds of requests for kinds by name (each request predicted by the others' model).")] = 4,
     recall_only: Annotated[list[Path] | None, typer.Option(help="Traces scored for recall only, not replayed (e.g. a large synthetic shape); repeatable.")] = None,
-    cost: CostMode = "full",
-    bw_efficiency: BwEff = None,
-    compute_efficiency: ComputeEff = None,
-    profile: Profile = None,
-    step_overhead: Overhead = None,
-    draft_time: DraftTime = None,
+    cost: dict[str, str | None] | None = None,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the tables as Markdown (what the README's predictor section holds).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object (with per-layer recall and each lambda's totals).")] = False,
 ) -> None:
@@ -236,7 +232,7 @@ def compare_cmd(
     score = g.parse_axis("score", score)[0]
     names = g.parse_axis("predictor", predictor)
     lambdas = g.parse_axis("lambda", lam)
-    settings = g.Settings(cost=cost_config(cost, bw_efficiency, compute_efficiency, step_overhead, draft_time, profile))
+    settings = g.Settings(cost=cost_config(cost))
     pricings = [g.Pricing(h, b, p) for h in g.parse_hardware(hardware) for b in g.parse_bandwidths(bw)
                 for p in g.parse_placements(placement)]
     main, extra = _read(traces), _read(recall_only or [])
@@ -260,6 +256,8 @@ def compare_cmd(
         for r in rows:
             t.add_row(*r)
         console.print(t)
+    for line in used_lines(used_terms(settings, pricings), settings.cost):
+        console.print(line, markup=False, highlight=False)
     for grp in doc["groups"]:
         for p in grp["pricings"]:
             if p["note"]:

@@ -15,8 +15,7 @@ from rich.table import Table
 from ecosim.cli import app, fail, wide_console
 from ecosim.cli.adapter import knob_options, with_options
 from ecosim.cli.options import (
-    Bw, BwEff, ComputeEff, CostMode, Devices, DraftTime, Hardware, HardwareArgs, LinkBw, Overhead,
-    PcieBw, Peak, Placement, Profile, cost_config, placement_text,
+    Bw, Devices, Hardware, HardwareArgs, LinkBw, PcieBw, Peak, Placement, cost_config, cost_options, placement_text, used_text,
 )
 from ecosim.cost import NOT_MODELLED
 from ecosim.des import DesConfig, DesReplay
@@ -35,25 +34,6 @@ from ecosim.trace.schema import provenance_notes
 def _row_json(row: Row, spec: PolicySpec) -> dict[str, object]:
     """One (trace, policy) row: the policy, the knobs it uses (only those), then the metrics."""
     return {"policy": spec.name, "label": spec.label(), **spec.used(), **row.to_dict()}
-
-
-def used_text(used: dict[str, object], draft: dict[str, float]) -> str:
-    """The footer line naming the serving profile and every value the replay priced with (CLI
-    values, profile fields and defaults resolved: cost.Terms)."""
-    if len(set(draft.values())) == 1:  # the same draft and tree depth in every trace
-        drafts = f"draft {next(iter(draft.values())) * 1e3:.4g} ms/step"
-    else:
-        drafts = "draft " + ", ".join(f"{v * 1e3:.4g} ms/step ({k})" for k, v in draft.items())
-    if "serving" not in used:  # experts-only
-        return f"used: cost experts-only, routed-expert bytes at the raw bandwidth; {drafts}"
-    f = {k: float(v) for k, v in used.items() if isinstance(v, (int, float))}
-    return (f"used: profile {used['serving']}: step fixed {f['step_fixed_s'] * 1e6:.4g} us + {int(f['kernels_per_step'])} "
-            f"kernels x {f['kernel_latency_s'] * 1e6:.4g} us, collective {f['collective_latency_s'] * 1e6:.4g} us, "
-            f"bw eff {f['bw_efficiency']:.3g}, compute eff {f['compute_efficiency']:.3g}, GEMM tile {f['gemm_tile_rows']:g} rows, "
-            f"overlap {used['overlap']}, memory fraction {f['memory_fraction']:.3g}, "
-            f"speculative step +{int(f['spec_step_kernels'])} kernels + {int(f['spec_level_kernels'])} kernels and "
-            f"{f['spec_level_s'] * 1e6:.4g} us per level, host sync "
-            f"{f['spec_sync_s'] * 1e6:.4g} us" + (" (overlapped)" if used["spec_overlap"] else "") + f"; {drafts}")
 
 
 def _table(results: list[PolicyResult], title: str) -> Table:
@@ -81,6 +61,7 @@ def _table(results: list[PolicyResult], title: str) -> Table:
 
 @app.command()
 @with_options("knobs", lambda: knob_options(registry.knobs()))
+@cost_options
 def replay(
     traces: Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces (searched recursively).")],
     policy: Annotated[str | None, typer.Option(help=f"{', '.join(registry.names())}; default: all side by side.")] = None,
@@ -92,12 +73,7 @@ def replay(
     pcie_bw: PcieBw = None,
     placement: Placement = "hbm",
     devices: Devices = None,
-    cost: CostMode = "full",
-    bw_efficiency: BwEff = None,
-    compute_efficiency: ComputeEff = None,
-    profile: Profile = None,
-    step_overhead: Overhead = None,
-    draft_time: DraftTime = None,
+    cost: dict[str, str | None] | None = None,
     engine: Annotated[str, typer.Option(help="fast (vectorised numpy) or des (simpy events: batching, prefetch, per-device timelines).")] = "fast",
     arrivals: Annotated[str, typer.Option(help="des only: sequential, together, poisson:RATE (requests/s) or a JSON file of arrival seconds.")] = "sequential",
     max_batch: Annotated[int, typer.Option(min=1, help="des only: requests verified together in one step.")] = 1,
@@ -120,7 +96,7 @@ def replay(
     specs = [PolicySpec(n, **knobs) for n in names]
     device = HardwareArgs(hardware, bw, peak, link_bw, pcie_bw).device()
     place = parse_placement(placement_text(placement, devices))
-    config = cost_config(cost, bw_efficiency, compute_efficiency, step_overhead, draft_time, profile)
+    config = cost_config(cost)
     knob_used = {k.name: k for s in specs for k in s.policy.knobs}
     for k in knob_used.values():
         if k.resolve:

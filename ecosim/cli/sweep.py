@@ -15,7 +15,7 @@ from rich.table import Table
 from ecosim.cli import app, fail, interrupted, wide_console
 from ecosim.cli.adapter import knob_options, with_options
 from ecosim.outputs import SWEEP, check_output
-from ecosim.cli.options import BwEff, ComputeEff, CostMode, DraftTime, LinkBw, Overhead, PcieBw, Peak, Profile, cost_config
+from ecosim.cli.options import LinkBw, PcieBw, Peak, cost_config, cost_options, used_lines, used_terms
 from ecosim.policies import PolicySpec, registry
 from ecosim.trace.schema import provenance_notes
 
@@ -68,6 +68,7 @@ def _winner_table(doc: dict[str, Any]) -> Table:
 
 @app.command()
 @with_options("knobs", lambda: knob_options(registry.knobs(), axis=True))
+@cost_options
 def sweep(
     traces: Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces (searched recursively).")],
     out: Annotated[Path, typer.Option("--out", help="Sweep directory: parts/, results.parquet, winner.json; rerun into it to resume.")],
@@ -79,12 +80,7 @@ def sweep(
     peak: Peak = None,
     link_bw: LinkBw = None,
     pcie_bw: PcieBw = None,
-    cost: CostMode = "full",
-    bw_efficiency: BwEff = None,
-    compute_efficiency: ComputeEff = None,
-    profile: Profile = None,
-    step_overhead: Overhead = None,
-    draft_time: DraftTime = None,
+    cost: dict[str, str | None] | None = None,
     executor: Annotated[str, typer.Option(help="local (a process pool) or ray (a Ray cluster; local Ray without --ray-address).")] = "local",
     jobs: Annotated[int | None, typer.Option(min=1, help="Worker processes (local) or CPUs of a local Ray; default: the CPUs available. 1 runs in this process.")] = None,
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster to join (ray.init(address=...)), e.g. ray://head:10001 or auto.")] = None,
@@ -119,11 +115,12 @@ def sweep(
         hardware=g.parse_hardware(hardware),
         bandwidths=g.parse_bandwidths(bw),
         placements=g.parse_placements(placement),
-        settings=g.Settings(cost_config(cost, bw_efficiency, compute_efficiency, step_overhead, draft_time, profile),
+        settings=g.Settings(cost_config(cost),
                             peak, link_bw, pcie_bw),
     )
     for p in grid.pricings():
         grid.settings.device(p)  # unknown hardware or a bad override: one line, before any work
+    used = used_terms(grid.settings, grid.pricings())
     committed = 0
 
     def done(n: int) -> None:
@@ -150,7 +147,7 @@ def sweep(
         "dir": str(d), "results": str(d / "results.parquet"), "winner_file": str(d / "winner.json"),
         "configurations": n_configs, "traces": n_traces, "rows": outcome.results.height, "tasks_run": outcome.tasks,
         "computed": outcome.computed, "skipped": outcome.skipped, "impossible": outcome.impossible,
-        "impossible_reasons": outcome.impossible_reasons, "winner": outcome.winner,
+        "impossible_reasons": outcome.impossible_reasons, "used": used, "winner": outcome.winner,
     }
     if as_json:
         print(json.dumps(summary, indent=1))
@@ -159,6 +156,8 @@ def sweep(
     console.print(f"{d}: {n_configs} configurations x {n_traces} trace{'s' * (n_traces != 1)} = {len(outcome.configs)} rows ({outcome.computed} "
                   f"computed, {outcome.skipped} already done) -> results.parquet, winner.json")
     console.print(_winner_table(outcome.winner))
+    for line in used_lines(used, grid.settings.cost):
+        console.print(line, markup=False, highlight=False)
     if outcome.impossible:
         console.print(f"[yellow]{outcome.impossible} configurations skipped, their placement does not fit the device: "
                       f"{'; '.join(outcome.impossible_reasons or [])}[/yellow]")

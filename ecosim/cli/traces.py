@@ -16,7 +16,9 @@ from ecosim.cli import app, fail, wide_console
 from ecosim.cli.routing import print_routing_stats
 from ecosim.hybrid import write_hybrid
 from ecosim.outputs import TRACE, check_output
-from ecosim.routing.calibrate import KNOBS, fit, knobs_of, load_preset, moments_plain, preset_path, write_preset
+from ecosim.routing.calibrate import START, fit, moments_plain, write_preset
+from ecosim.routing.presets import KNOBS, knobs_of, load_preset, preset_knobs, preset_path
+from ecosim.routing.scale import RoutingShape, scaled_start
 from ecosim.routing.data import is_routing_dir, read_routing
 from ecosim.routing.importers import import_routing
 from ecosim.synth import SynthConfig, write_synthetic
@@ -137,16 +139,28 @@ def synth(
 
 
 def _calibrate(out: Path, model: str, routing: Path, fraction: float, seed: int) -> None:
+    """Fit a preset for `model` (default: the routing's own model) to real routing; for a shape
+    other than the routing's (experts, top-k), to its moments scaled by shape (routing/scale.py)."""
     if out.exists():
         fail(f"{out}: exists; refusing to overwrite it")
     real = read_routing(routing) if is_routing_dir(routing) else import_routing(routing)
     fit_set, check_set = real.split(fraction, seed) if fraction < 1 else (real, None)
+    shape = get_model(model) if model else None
+    own, to = RoutingShape(real.num_experts, real.top_k), RoutingShape.of(shape) if shape else None
+    scaled = to is not None and (to.num_experts, to.top_k) != (own.num_experts, own.top_k)
+    start = scaled_start(preset_knobs(real.model) if preset_path(real.model).is_file() else START, own, to) if scaled else None
     t0 = time.perf_counter()
-    knobs, record = fit(fit_set, seed=seed, progress=lambda s: print(s, flush=True))
+    knobs, record = fit(fit_set, seed=seed, shape=to, start=start, progress=lambda s: print(s, flush=True))
     if check_set is not None and len(check_set.seq_len):
         record["check"] = {"sequences": int(len(check_set.seq_len)), "real": moments_plain(check_set)}
     src = real.source.get("credit") or real.source.get("path") or ""
-    write_preset(out, get_model(model).name if model else real.model, knobs, record,
-                 f"fitted to real routing of {real.model} ({src}), {len(fit_set.seq_len)} of {len(real.seq_len)} sequences (seed {seed})")
+    name = shape.name if shape else real.model
+    fitted = f"real routing of {real.model} ({src}), {len(fit_set.seq_len)} of {len(real.seq_len)} sequences (seed {seed})"
+    if scaled:
+        source = (f"not fitted to {name}'s routing (none at hand): fitted to the moments of the {fitted}, scaled to "
+                  f"{name}'s {to.describe()} by keeping the effective tokens of every window (ecosim/routing/scale.py)")
+    else:
+        source = f"fitted to {fitted}"
+    write_preset(out, name, knobs, record, source)
     print(f"{out}: preset fitted in {time.perf_counter() - t0:.0f} s, loss {record['loss']}: "
           + ", ".join(f"{k}={getattr(knobs, k):.3f}" for k in KNOBS))

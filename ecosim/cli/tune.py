@@ -11,8 +11,7 @@ from rich.table import Table
 
 from ecosim.cli import app, wide_console
 from ecosim.cli.options import (
-    Bw, BwEff, ComputeEff, CostMode, DraftTime, Hardware, HardwareArgs, LinkBw, Overhead, PcieBw, Peak, Placement,
-    cost_config,
+    Bw, Hardware, HardwareArgs, LinkBw, PcieBw, Peak, Placement, cost_config, cost_options, used_text,
 )
 from ecosim.placements import parse_placement
 from ecosim.policies.knobs import PREDICTOR
@@ -25,6 +24,7 @@ from ecosim.tune import recommend, tune as tune_all
 
 
 @app.command()
+@cost_options
 def tune(
     traces: Annotated[list[Path], typer.Argument(help="Trace directories of the model (or directories holding them).")],
     hardware: Hardware = "h200",
@@ -34,11 +34,7 @@ def tune(
     peak: Peak = None,
     link_bw: LinkBw = None,
     pcie_bw: PcieBw = None,
-    cost: CostMode = "full",
-    bw_efficiency: BwEff = 0.8,
-    compute_efficiency: ComputeEff = 0.5,
-    step_overhead: Overhead = "30us",
-    draft_time: DraftTime = None,
+    cost: dict[str, str | None] | None = None,
     top: Annotated[int, typer.Option(min=1, help="Candidates listed in the table.")] = 8,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
 ) -> None:
@@ -48,13 +44,15 @@ def tune(
     check_name(predictor)
     device = HardwareArgs(hardware, bw, peak, link_bw, pcie_bw).device()
     place = parse_placement(placement)
-    config = cost_config(cost, bw_efficiency, compute_efficiency, step_overhead, draft_time)
+    config = cost_config(cost)
     replays = [TraceReplay(read_trace(p)) for p in find_traces([str(p) for p in traces])]
     costs = [cost_model(r.trace, device, place, config) for r in replays]
     cands = tune_all(replays, costs, predictor)
     doc = recommend(cands)
+    used = {k: v for k, v in costs[0].applied().items() if k != "draft_time_s"}
+    draft = {r.trace.name: float(c.applied()["draft_time_s"]) for r, c in zip(replays, costs)}  # type: ignore[arg-type]
     doc = {"hardware": device.name, "placement": str(place), "predictor": predictor,
-           "traces": [r.trace.name for r in replays], **doc}
+           "traces": [r.trace.name for r in replays], "used": {**used, "draft_time_s": draft}, **doc}
     if as_json:
         print(json.dumps(doc, indent=1))
         return
@@ -67,6 +65,7 @@ def tune(
         t.add_row(name if c.static else c.name, f"{c.time_per_token * 1e3:.4g}", f"{c.row.tokens_per_step:.3f}",
                   f"{ar / c.time_per_token:.3f}x")
     console.print(t)
+    console.print(used_text(used, draft), markup=False, highlight=False)
     if not doc["speculation_pays"]:
         console.print("[bold]recommendation: speculation off[/bold] (every speculative setting here is slower than plain "
                       "decoding): serve without --speculative-algorithm / speculative_config")

@@ -4,18 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ecosim.placements.sharded import Sharded, _degree
+from ecosim.placements.sharded import OneDegree
 
 
 @dataclass(frozen=True)
-class ExpertParallel(Sharded):
+class ExpertParallel(OneDegree):
     syntax = "ep:N"
     summary = "ep:N (experts split over N devices)"
-
-    @classmethod
-    def parse(cls, text: str) -> ExpertParallel | None:
-        n = _degree(text, "ep")
-        return cls(tp=1, ep=n) if n else None
-
-    def __str__(self) -> str:
-        return f"ep:{self.ep}"
+    degree = "ep"

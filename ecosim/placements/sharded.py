@@ -18,6 +18,7 @@ after attention); the KV cache is split the same way. Per transformer layer:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ecosim.catalog.models import ModelShape
 from ecosim.placements.base import Placement
@@ -63,6 +64,21 @@ class Sharded(Placement):
 
     def resident_experts(self, model: ModelShape) -> float:
         return -(-model.num_experts // self.ep) / self.tp
+
+
+@dataclass(frozen=True)
+class OneDegree(Sharded):
+    """A kind named by one degree, `tp:N` or `ep:N` (`degree` says which; the other is 1)."""
+
+    degree: ClassVar[str] = ""
+
+    @classmethod
+    def parse(cls, text: str) -> OneDegree | None:
+        n = _degree(text, cls.degree)
+        return cls(**{cls.degree: n}) if n else None
+
+    def __str__(self) -> str:
+        return f"{self.degree}:{getattr(self, self.degree)}"
 
 
 def _degree(text: str, prefix: str) -> int | None:

@@ -4,18 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ecosim.placements.sharded import Sharded, _degree
+from ecosim.placements.sharded import OneDegree
 
 
 @dataclass(frozen=True)
-class TensorParallel(Sharded):
+class TensorParallel(OneDegree):
     syntax = "tp:N"
     summary = "tp:N (every expert sharded over N devices)"
-
-    @classmethod
-    def parse(cls, text: str) -> TensorParallel | None:
-        n = _degree(text, "tp")
-        return cls(tp=n, ep=1) if n else None
-
-    def __str__(self) -> str:
-        return f"tp:{self.tp}"
+    degree = "tp"

@@ -100,8 +100,8 @@ def fit(kind: str, shape: Shape, data: TrainingRows, selection: Selection = Sele
         from ecosim.predictors.token import TokenPredictor
         return TokenPredictor.fit(shape, data.experts, data.token, selection, **_pick(options, "alpha", "width"))
     if kind == "context":
-        from ecosim.predictors.context import ContextPredictor
-        return ContextPredictor.fit(shape, data, selection, **options)
+        from ecosim.predictors.context_fit import fit_context
+        return fit_context(shape, data, selection, **options)
     raise EcoSimError(f"unknown predictor kind {kind!r}; known: {', '.join(KINDS)}")
 
 

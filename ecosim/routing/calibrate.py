@@ -12,6 +12,11 @@ the knobs' box) minimises
            + 4 max_{n=2..64} ((W_n - W*_n) / W*_n)^2
 
 (W: window-distinct curve, O: overlap, R: recall, M: busiest/fair; starred: real).
+
+Fitting a shape other than the routing's own (`shape=`: more experts, another top-k, group limits),
+the starred targets are the real moments scaled to that shape (scale.py: the effective tokens of
+every window kept), and the generator runs with that shape's experts, top-k and group limits on
+the same real token streams. The presets live in routing/presets/ (`preset_knobs(shape)`).
 """
 
 from __future__ import annotations
@@ -27,13 +32,13 @@ import numpy as np
 from ecosim.errors import EcoSimError
 from ecosim.routing.data import Routing, starts
 from ecosim.routing.generator import Router, RoutingKnobs, route_sequences
+from ecosim.routing.presets import KNOBS, knobs_of, load_preset, preset_knobs, preset_path  # noqa: F401  (re-exported)
+from ecosim.routing.scale import RULE, RoutingShape, scale_moments
 from ecosim.routing.stats import neighbour_overlap, popularity, token_recall, window_distinct
 
 WINDOWS = (2, 4, 8, 16, 32, 64)
-PRESETS = Path(__file__).parent / "presets"
 FIT_LAYERS = 4
 FIT_SEQUENCES = 64
-KNOBS = ("token_affinity", "parent_affinity", "context", "skew", "context_share")
 BOUNDS = {"token_affinity": (0.0, 0.95), "parent_affinity": (0.0, 0.95), "context": (0.0, 12.0), "skew": (0.0, 3.0),
           "context_share": (0.05, 1.0)}
 STEPS = {"token_affinity": 0.1, "parent_affinity": 0.08, "context": 2.0, "skew": 0.3, "context_share": 0.15}
@@ -80,19 +85,27 @@ def simulate(knobs: RoutingKnobs, tokens: list[np.ndarray], num_experts: int, to
 
 
 def fit(real: Routing, *, sequences: int = FIT_SEQUENCES, layers: int = FIT_LAYERS, seed: int = 0, iterations: int = 60,
-        start: RoutingKnobs | None = None, free: tuple[str, ...] = KNOBS, progress: Callable[[str], None] | None = None) -> tuple[RoutingKnobs, dict[str, Any]]:
-    """Knobs whose generated routing matches `real`'s moments; and the fit's record. Only the knobs
-    named in `free` move (context and context_share trade off against each other: fixing one makes
-    the rest identifiable, which is how the recovery test pins them)."""
+        start: RoutingKnobs | None = None, free: tuple[str, ...] = KNOBS, shape: RoutingShape | None = None,
+        progress: Callable[[str], None] | None = None) -> tuple[RoutingKnobs, dict[str, Any]]:
+    """Knobs whose generated routing matches `real`'s moments (scaled to `shape` when given and not
+    the routing's own); and the fit's record. Only the knobs named in `free` move (context and
+    context_share trade off against each other: fixing one makes the rest identifiable, which is
+    how the recovery test pins them)."""
     if len(real.seq_len) < 2 or real.seq_len.max(initial=0) < max(WINDOWS):
         raise EcoSimError(f"calibration needs at least 2 sequences and one of {max(WINDOWS)} tokens or more")
+    own = RoutingShape(real.num_experts, real.top_k)
+    to = shape or own
     target = moments(real)
     pick = np.sort(np.random.default_rng(seed).permutation(len(real.seq_len))[: min(sequences, len(real.seq_len))])
     sub = real.subset(pick)
     rec = token_recall(sub)
     target["token_recall"] = None if rec is None else float(rec["token"].mean())  # same corpus size as the simulation
+    scaled = (to.num_experts, to.top_k) != (own.num_experts, own.top_k)
+    real_target = target
+    if scaled:
+        target = scale_moments(target, own, to)
     tokens = [sub.token[a : a + n] for a, n in zip(sub.seq_start, sub.seq_len)]
-    knobs0 = start or START
+    knobs0 = replace(start or START, n_group=to.n_group, topk_group=to.topk_group)
 
     def as_knobs(x: np.ndarray) -> RoutingKnobs:
         v = {k: float(np.clip(x[i], *BOUNDS[k])) for i, k in enumerate(free)}
@@ -104,7 +117,7 @@ def fit(real: Routing, *, sequences: int = FIT_SEQUENCES, layers: int = FIT_LAYE
     def score(x: np.ndarray) -> float:
         k = as_knobs(x)
         if k not in memo:
-            m = moments(simulate(k, tokens, real.num_experts, real.top_k, layers, seed))
+            m = moments(simulate(k, tokens, to.num_experts, to.top_k, layers, seed))
             memo[k] = (loss(m, target), m)
         return memo[k][0]
 
@@ -138,8 +151,12 @@ def fit(real: Routing, *, sequences: int = FIT_SEQUENCES, layers: int = FIT_LAYE
     knobs = as_knobs(simplex[i])
     best, got = memo[knobs]
     evals = len(memo)
-    return knobs, {"target": _plain(target), "achieved": _plain(got), "loss": round(best, 5), "evaluations": evals,
-                   "fit_layers": layers, "fit_sequences": len(pick), "seed": seed}
+    record = {"target": _plain(target), "achieved": _plain(got), "loss": round(best, 5), "evaluations": evals,
+              "fit_layers": layers, "fit_sequences": len(pick), "seed": seed}
+    if scaled:
+        record["scaled"] = {"from": {"model": real.model, "num_experts": own.num_experts, "top_k": own.top_k},
+                            "to": to.describe(), "rule": RULE, "real_target": _plain(real_target)}
+    return knobs, record
 
 
 def moments_plain(r: Routing) -> dict[str, Any]:
@@ -157,29 +174,6 @@ def _plain(m: dict[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------ presets
 
 
-def preset_path(model: str) -> Path:
-    return PRESETS / f"{model}.json"
-
-
-def load_preset(path_or_model: str) -> dict[str, Any]:
-    """A preset by catalogue model name (shipped) or by path."""
-    p = Path(path_or_model)
-    if not p.is_file():
-        p = preset_path(path_or_model)
-    if not p.is_file():
-        raise EcoSimError(f"no synth preset {path_or_model!r} (shipped: {', '.join(sorted(x.stem for x in PRESETS.glob('*.json')))})")
-    try:
-        d = json.loads(p.read_text())
-        RoutingKnobs(**{k: d["knobs"][k] for k in KNOBS})
-    except (ValueError, KeyError, TypeError) as e:
-        raise EcoSimError(f"{p}: not a synth preset ({e})") from None
-    return d
-
-
-def knobs_of(preset: dict[str, Any]) -> dict[str, float]:
-    return {k: float(preset["knobs"][k]) for k in KNOBS}
-
-
 def write_preset(path: Path, model: str, knobs: RoutingKnobs, record: dict[str, Any], source: str) -> Path:
     if path.exists():
         raise EcoSimError(f"{path}: exists; refusing to overwrite it")
@@ -188,22 +182,3 @@ def write_preset(path: Path, model: str, knobs: RoutingKnobs, record: dict[str, 
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(d, indent=1) + "\n")
     return path
-
-
-def scaled_presets(base_model: str, models: list[str]) -> list[Path]:
-    """Presets for other catalogue shapes from a fitted one: the knobs are scale-free router scores,
-    so the same knobs are used with each shape's own experts, top-k and layers. Not fitted to those
-    models' routing (none is at hand): each preset's `source` says so."""
-    base = load_preset(base_model)
-    out = []
-    for m in models:
-        if m == base_model:
-            continue
-        d = {"model": m, "knobs": base["knobs"],
-             "source": f"not fitted to {m}: the knobs of the {base_model} fit ({base['source']}) applied to {m}'s shape "
-                       "(its own experts, top-k and layers; group limits of its family)",
-             "fit": None}
-        p = preset_path(m)
-        p.write_text(json.dumps(d, indent=1) + "\n")
-        out.append(p)
-    return out

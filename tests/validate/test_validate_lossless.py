@@ -160,7 +160,8 @@ def test_checkpoint_saved_with_router_logits_on(tmp_path, tiny_pair_dir, prompts
     from ecosim.policies import PolicySpec
     from validate.choice import Choice
     from tracer.pair import load_pair
-    from validate.measure import RunConfig, _record
+    from validate.measure import RunConfig
+    from validate.recorded import record
 
     d = tmp_path / "pair"
     shutil.copytree(tiny_pair_dir, d)
@@ -175,4 +176,4 @@ def test_checkpoint_saved_with_router_logits_on(tmp_path, tiny_pair_dir, prompts
     run = RunConfig(model=str(d), out=tmp_path / "run", choice=Choice(PolicySpec("ar"), "test"), prompts=[prompts_path],
                     max_new_tokens=3, max_prompts=1, depth=2, topk=2, max_nodes=3, progress=False)
     run.out.mkdir()
-    assert (_record(run) / "manifest.json").is_file()
+    assert (record(run) / "manifest.json").is_file()

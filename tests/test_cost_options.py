@@ -1,0 +1,142 @@
+"""CostConfig's fields are the cost options of every command that prices steps: one declaration
+(flag, help with units, parser), one default, one precedence rule, and unchanged sweep ids."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import typer.main
+
+from ecosim.catalog.devices import get_device
+from ecosim.catalog.models import get_model
+from ecosim.catalog.serving import ServingProfile
+from conftest import tiny_trace
+from ecosim.cli import app, main
+from ecosim.cli.options import cost_config
+from ecosim.cost import CostConfig, CostModel, Terms
+from ecosim.errors import EcoSimError
+from ecosim.options import field_options
+from ecosim.sweep import grid as g
+
+COMMANDS = (("replay",), ("sweep",), ("tune",), ("predictor", "compare"))
+
+
+def _params(*path: str) -> dict[str, object]:
+    import ecosim.cli.predictor, ecosim.cli.replay, ecosim.cli.sweep, ecosim.cli.tune  # noqa: F401
+
+    cmd = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]  # type: ignore[attr-defined]
+    return {o: p for p in cmd.params for o in p.opts}
+
+
+@pytest.mark.parametrize("path", COMMANDS)
+def test_every_field_is_an_option_of_every_pricing_command_with_no_default_of_its_own(path):
+    params = _params(*path)
+    opts = field_options(CostConfig)
+    assert {o.name for o in opts} == {f.name for f in dataclasses.fields(CostConfig)}
+    for o in opts:
+        p = params[o.flag]
+        assert p.default is None and p.help == o.help  # not given: the dataclass (or profile) decides
+        assert o.help.endswith(".") and "default" in o.help.lower()
+
+
+def test_an_explicit_zero_is_given_and_beats_the_profile():
+    prof = ServingProfile(name="hand", step_fixed_s=1.0, collective_latency_s=0.5, bw_efficiency=0.5)
+    cfg = dataclasses.replace(cost_config({"step_overhead_s": "0us", "link_latency_s": "0s", "draft_time_s": "0ms"}),
+                              serving=prof)
+    assert (cfg.step_overhead_s, cfg.link_latency_s, cfg.draft_time_s) == (0.0, 0.0, 0.0)
+    t = Terms.resolve(cfg, get_device("h200"))
+    assert (t.step_fixed_s, t.collective_latency_s, t.draft_time_s, t.bw_efficiency) == (0.0, 0.0, 0.0, 0.5)
+    assert cost_config({}) == CostConfig() and cost_config(None) == CostConfig()
+
+
+# CostConfig field -> (Terms field, the hardware profile's field or None, the serving profile's field)
+LAYERS = {
+    "bw_efficiency": ("bw_efficiency", "bw_efficiency", "bw_efficiency", "0.3", 0.3, 0.6, 0.9),
+    "compute_efficiency": ("compute_efficiency", "compute_efficiency", "compute_efficiency", "0.3", 0.3, 0.6, 0.9),
+    "step_overhead_s": ("step_fixed_s", "step_overhead_s", "step_fixed_s", "3us", 3e-6, 6e-6, 9e-6),
+    "link_latency_s": ("collective_latency_s", None, "collective_latency_s", "3us", 3e-6, None, 9e-6),
+    "overlap": ("overlap", "overlap", "overlap", "sum", "sum", "max", "sum"),
+    "draft_time_s": ("draft_time_s", "draft_time_s", None, "3ms", 3e-3, 6e-3, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYERS))
+def test_one_rule_for_every_field_cli_beats_hardware_profile_beats_serving_profile(name):
+    term, hw_field, serving_field, text, cli, hw, serving = LAYERS[name]
+    prof = ServingProfile(name="p", **({serving_field: serving} if serving_field else {}))
+    base = get_device("h200")
+    measured = base.replace(**{hw_field: hw}) if hw_field else base
+    assert getattr(Terms.resolve(cost_config({name: text, "serving": None}), measured), term) == cli
+    cfg = CostConfig(serving=prof)
+    if hw_field:
+        assert getattr(Terms.resolve(cfg, measured), term) == hw
+    if serving_field:
+        assert getattr(Terms.resolve(cfg, base), term) == serving
+    given = dataclasses.replace(cost_config({name: text}), serving=prof)
+    assert getattr(Terms.resolve(given, measured), term) == cli
+
+
+def test_a_value_that_does_not_parse_names_its_flag():
+    for texts, flag in (({"bw_efficiency": "2"}, "--bw-efficiency"), ({"mode": "cheap"}, "--cost"),
+                        ({"step_overhead_s": "30"}, "--step-overhead"), ({"overlap": "both"}, "--overlap"),
+                        ({"serving": "nope"}, "--profile")):
+        with pytest.raises(EcoSimError, match=flag):
+            cost_config(texts)
+
+
+def test_a_time_option_is_the_exact_float():
+    assert cost_config({"step_overhead_s": "30us"}).step_overhead_s == 30e-6
+    c = CostModel(get_model("qwen3-30b-a3b"), get_device("h200"), config=cost_config({"step_overhead_s": "30us"}))
+    assert c.terms.step_fixed_s == 30e-6
+
+
+# Sweep configuration ids computed before the cost options moved onto CostConfig's fields (the old
+# per-command options, commit 17c13b5): a sweep resumes into the same rows. One change is on
+# purpose: a time that decimal parsing makes exact (30us was 2.9999999999999997e-05) is another value.
+SELECTIONS = {"budget": [8], "lam": [0.5], "predictor": ["oracle"], "score": ["difference"], "value": ["calibrated"]}
+PINNED = {
+    "default": (g.Settings(), None, "hbm",
+                ["082f8d9989d9b882f0fe616ef51032ed", "fd61bd9c801fef002ca96a64fb01b941",
+                 "6e8cf3494c79fb8290ee8097022a70ad", "51975435c2877a378f480c00cd00ab41"]),
+    "eager": (g.Settings(cost_config({"mode": "full", "bw_efficiency": "0.7", "draft_time_s": "1.5ms", "serving": "eager"}),
+                         "989TFLOP/s"), 3.3e12, "ep:8",
+              ["408e39626127c5b5268d9977957bcd01", "4730c4778e49e0a426d95250be18a8b7",
+               "807b74163675e58b43924dfd5f786f41", "cf7de86e1f0c8dfc3810500498ea3ceb"]),
+    "experts-only": (g.Settings(cost_config({"mode": "experts-only"})), None, "offload:4:lru",
+                     ["fac07b1d5c181a7455d9f109760f47ac", "02d51c4bb2f5cd475042763b7f552da1",
+                      "e0bad617f72d9d4b25c6c12f15906877", "b354ebd610f210093091c79b0fd1d04d"]),
+    "zero": (g.Settings(cost_config({"compute_efficiency": "0.5", "step_overhead_s": "0us", "draft_time_s": "0s"})),
+             4.8e12, "hbm",
+             ["40edbe9d4a6cf3109e225d6b82ba7211", "d3f35b104754c7c6197f8eff170d1427",
+              "146ef03e3aea15af17d12a37b9638a19", "aed43a323686d0ba880fb13d4b93b193"]),
+    "30us, now exact": (g.Settings(cost_config({"step_overhead_s": "30us"})), None, "hbm",
+                        ["1a0ff927ccc439711975035f1959ff30", "0a80df2fec9d156e19e0d49434dfccd0",
+                         "6905d02ae5c70d234bd24bd3b2d4b912", "812d396d2a320c24f25739a971f20422"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PINNED))
+def test_sweep_config_ids_are_pinned(case):
+    settings, bw, placement, want = PINNED[case]
+    grid = g.Grid(["ar", "confidence", "ecospec"], SELECTIONS, ["h200"], [bw], [placement], settings)
+    assert [c.id for c in grid.configs([g.TraceRef("/traces/qa", "f" * 16)])] == want
+
+
+def test_sweep_tune_and_replay_print_the_values_they_used(write, tmp_path, capsys):
+    t = str(write(tiny_trace(11)))
+    flags = ["--step-overhead", "0s", "--link-latency", "2us", "--bw-efficiency", "0.5", "--overlap", "sum"]
+    assert main(["sweep", t, "--out", str(tmp_path / "s"), "--policy", "ar", "--jobs", "1", "--json", *flags]) == 0
+    used = json.loads(capsys.readouterr().out)["used"]["h200"]
+    assert (used["step_fixed_s"], used["collective_latency_s"], used["bw_efficiency"], used["overlap"]) == (0.0, 2e-6, 0.5, "sum")
+    assert main(["sweep", t, "--out", str(tmp_path / "s"), "--policy", "ar", "--jobs", "1", *flags]) == 0
+    assert "used on h200: profile cuda-graphs: step fixed 0 us" in capsys.readouterr().out
+    assert main(["tune", t, "--predictor", "oracle", "--json", *flags]) == 0
+    used = json.loads(capsys.readouterr().out)["used"]
+    assert (used["step_fixed_s"], used["collective_latency_s"], used["bw_efficiency"], used["overlap"]) == (0.0, 2e-6, 0.5, "sum")
+    assert main(["tune", t, "--predictor", "oracle", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "used: profile cuda-graphs: step fixed 0 us" in out and "bw eff 0.5" in out and "overlap sum" in out

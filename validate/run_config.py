@@ -1,0 +1,92 @@
+"""What `validate run` takes (`RunConfig`), checked before any model is loaded or anything written.
+
+Tree defaults come from `ecosim.tree_config.TREE`, the on-the-spot calibration's from
+`CalibConfig`; the recording options it shares with `tracer record` are passed on by name
+(`validate.recorded.record`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ecosim.errors import EcoSimError
+from ecosim.outputs import VALIDATE_RUN, check_output
+from ecosim.predictors import KINDS
+from ecosim.predictors import check_name as check_predictor_name
+from ecosim.predictors.kfold import check_requests
+from ecosim.trace.io import read_manifest
+from ecosim.trace.schema import MANIFEST
+from ecosim.tree_config import TREE
+from tracer.loading import check_device, resolve
+from tracer.prompts import read_prompts
+from validate.calibrate import CalibConfig
+from validate.choice import Choice
+
+
+def check_one_device(device: str) -> None:
+    """validate times one device (cpu, cuda or cuda:N; not `auto`, which spreads a model over GPUs),
+    and it must be on this machine."""
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise EcoSimError(f"--device {device}: expected cpu, cuda or cuda:N (validate measures one device)")
+    check_device(device)
+
+
+@dataclass
+class RunConfig:
+    """Everything `validate run` takes."""
+
+    model: str
+    out: Path
+    choice: Choice
+    prompts: list[Path] = field(default_factory=list)
+    draft: str = "default"
+    device: str = "cpu"
+    dtype: str = "auto"
+    attn: str = "auto"
+    threads: int | None = 1
+    max_new_tokens: int = 48
+    max_prompts: int | None = None
+    depth: int = TREE.depth
+    topk: int = TREE.topk
+    max_nodes: int = TREE.max_nodes
+    repeats: int = 3
+    clock: str = "wall"
+    hardware: Path | None = None
+    trace: Path | None = None
+    calib: CalibConfig = field(default_factory=CalibConfig)
+    progress: bool = True
+    command: str = ""
+    contexts_from_trace: bool = True  # calibrate at the trace's shortest and longest contexts
+    force: bool = False  # replace a validate run already in `out`
+
+    def check(self) -> None:
+        """Bad options fail with one line before recording, loading or writing anything."""
+        if self.repeats < 1:
+            raise EcoSimError(f"--repeats {self.repeats}: must be at least 1")
+        if self.trace is None and not self.prompts:
+            raise EcoSimError("--prompts is needed (or --trace, a trace recorded earlier with the same model)")
+        if self.hardware is not None and not self.hardware.is_file():
+            raise EcoSimError(f"--hardware {self.hardware}: no such profile file")
+        missing = [p for p in self.prompts if not p.exists()]
+        if missing:
+            raise EcoSimError(f"--prompts {missing[0]}: no such file or directory")
+        if self.max_new_tokens < 1:
+            raise EcoSimError(f"--max-new-tokens {self.max_new_tokens}: must be at least 1")
+        if self.trace is not None and not (self.trace / MANIFEST).is_file():
+            raise EcoSimError(f"--trace {self.trace}: no such trace (a directory with {MANIFEST})")
+        for spec in self.choice.policies:
+            if spec.predictor:
+                check_predictor_name(spec.predictor)
+        on_the_fly = sorted({s.predictor for s in self.choice.policies if s.predictor in KINDS})
+        if on_the_fly:  # k-fold over the requests: enough requests, checked before recording or loading anything
+            if self.trace is not None:
+                n, where = len(read_manifest(self.trace)["requests"]), f"--trace {self.trace}"
+            else:
+                n = len(read_prompts(self.prompts, self.max_prompts))
+                where = "--prompts" + (f" with --max-prompts {self.max_prompts}" if self.max_prompts else "")
+            check_requests(n, on_the_fly[0], where)
+        check_one_device(self.device)
+        check_output(self.out, VALIDATE_RUN, force=self.force)
+        resolve(self.model)  # a missing model fails here, before anything is written
