@@ -94,28 +94,30 @@ def test_a_time_option_is_the_exact_float():
     assert c.terms.step_fixed_s == 30e-6
 
 
-# Sweep configuration ids computed before the cost options moved onto CostConfig's fields (the old
-# per-command options, commit 17c13b5): a sweep resumes into the same rows. One change is on
-# purpose: a time that decimal parsing makes exact (30us was 2.9999999999999997e-05) is another value.
+# Sweep configuration ids, pinned so that a refactor cannot silently change them (a sweep resumes into
+# the same rows). They change on purpose when the cost model's resolved terms change: an id covers
+# every term (grid.canonical_json), so the refit of the shipped serving profiles (speculative step
+# priced from physics) gave these new values, and a time that decimal parsing makes exact (30us was
+# 2.9999999999999997e-05) is another value.
 SELECTIONS = {"budget": [8], "lam": [0.5], "predictor": ["oracle"], "score": ["difference"], "value": ["calibrated"]}
 PINNED = {
     "default": (g.Settings(), None, "hbm",
-                ["082f8d9989d9b882f0fe616ef51032ed", "fd61bd9c801fef002ca96a64fb01b941",
-                 "6e8cf3494c79fb8290ee8097022a70ad", "51975435c2877a378f480c00cd00ab41"]),
+                ["dc4f2c1d0ce018b3bd59a5bf1b0842e2", "2c34f038d4f7e78daf4fe74eace5af16",
+                 "3874f84efaf9db555f81f2ec5f699b31", "62cde0d445409032db4ee4f702c03456"]),
     "eager": (g.Settings(cost_config({"mode": "full", "bw_efficiency": "0.7", "draft_time_s": "1.5ms", "serving": "eager"}),
                          "989TFLOP/s"), 3.3e12, "ep:8",
-              ["408e39626127c5b5268d9977957bcd01", "4730c4778e49e0a426d95250be18a8b7",
-               "807b74163675e58b43924dfd5f786f41", "cf7de86e1f0c8dfc3810500498ea3ceb"]),
+              ["56612bbe613fa6e98e9eac6d28a045f4", "8400f47f78a4198ca00fd6af7abb1ba3",
+               "7dfa83939f6bb3edfdcc0d0962afb8bc", "bedb273e90c57da3430f6b099468450f"]),
     "experts-only": (g.Settings(cost_config({"mode": "experts-only"})), None, "offload:4:lru",
-                     ["fac07b1d5c181a7455d9f109760f47ac", "02d51c4bb2f5cd475042763b7f552da1",
-                      "e0bad617f72d9d4b25c6c12f15906877", "b354ebd610f210093091c79b0fd1d04d"]),
+                     ["2d462bcaebd125a0667a816ccee026d2", "a2524d220903528010b5fe76fa862f3c",
+                      "936b8865f927af7de0f482058b85ab08", "1ff668deac3e2faa3f0aca724de76b20"]),
     "zero": (g.Settings(cost_config({"compute_efficiency": "0.5", "step_overhead_s": "0us", "draft_time_s": "0s"})),
              4.8e12, "hbm",
-             ["40edbe9d4a6cf3109e225d6b82ba7211", "d3f35b104754c7c6197f8eff170d1427",
-              "146ef03e3aea15af17d12a37b9638a19", "aed43a323686d0ba880fb13d4b93b193"]),
+             ["81c0db3b76eecdf7806039a98803bc57", "f4d06479e94feb97f09af44849192516",
+              "de31eaa7a76ce8439d48f4ae1acf7f4e", "425484087b021c5dfd8c0cd77f22c685"]),
     "30us, now exact": (g.Settings(cost_config({"step_overhead_s": "30us"})), None, "hbm",
-                        ["1a0ff927ccc439711975035f1959ff30", "0a80df2fec9d156e19e0d49434dfccd0",
-                         "6905d02ae5c70d234bd24bd3b2d4b912", "812d396d2a320c24f25739a971f20422"]),
+                        ["59350777e215b1ef7552327e8ee3a76f", "82e98096dfc1042bfa9e9c64295ff1b6",
+                         "ae6e9eb2cef312c9d61ce0eb5a21121b", "225b6229a18e34182dd70463bde852bf"]),
 }
 
 
@@ -140,3 +142,14 @@ def test_sweep_tune_and_replay_print_the_values_they_used(write, tmp_path, capsy
     assert main(["tune", t, "--predictor", "oracle", *flags]) == 0
     out = capsys.readouterr().out
     assert "used: profile cuda-graphs: step fixed 0 us" in out and "bw eff 0.5" in out and "overlap sum" in out
+
+
+def test_a_refit_profile_gives_new_ids():
+    """A sweep resumed after the serving profile changes recomputes instead of mixing two cost models."""
+    from ecosim.cost import _default_serving
+    def ids(settings):
+        grid = g.Grid(["ar"], SELECTIONS, ["h200"], [None], ["hbm"], settings)
+        return [c.id for c in grid.configs([g.TraceRef("/traces/qa", "f" * 16)])]
+    refit = dataclasses.replace(_default_serving(), kernel_latency_s=_default_serving().kernel_latency_s * 1.01)
+    assert ids(g.Settings(CostConfig(serving=refit))) != ids(g.Settings())
+    assert ids(g.Settings(CostConfig(serving=_default_serving()))) != ids(g.Settings(CostConfig(serving=refit)))

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ecosim.catalog.devices import Device, get_device
-from ecosim.cost import CostConfig
+from ecosim.cost import CostConfig, Terms
 from ecosim.errors import EcoSimError
 from ecosim.placements import parse_placement
 from ecosim.policies import Knob, PolicySpec, registry
@@ -208,9 +208,13 @@ def selection_doc(sel: Selection, fingerprints: dict[tuple[str, Any], str | None
 
 def canonical_json(trace: TraceRef, sel: Selection, device: Device, placement: str, settings: Settings,
                    fingerprints: dict[tuple[str, Any], str | None] | None = None) -> str:
-    """The text a configuration's id hashes: sorted keys, no whitespace, floats as Python's repr."""
+    """The text a configuration's id hashes: sorted keys, no whitespace, floats as Python's repr.
+
+    `terms` holds every constant the cost model resolves for this device (serving profile included),
+    so refitting a shipped profile gives new ids and a resumed sweep never mixes two cost models."""
     doc = {
         "format": 1,
+        "terms": asdict(Terms.resolve(settings.cost, device)),
         "trace": {"path": trace.path, "fingerprint": trace.fingerprint},
         **selection_doc(sel, fingerprints or {}),
         "device": device.to_dict(), "placement": placement, "cost": asdict(settings.cost), "engine": "fast",
