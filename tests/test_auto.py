@@ -239,3 +239,18 @@ def test_replay_auto_and_tune_end_to_end(write, capsys):
     assert doc["best_ms_per_token"] <= min(doc["ar_ms_per_token"], doc["auto_ms_per_token"], doc["static"]["ms_per_token"])
     code, out, err = cli(capsys, "tune", path, "--predictor", "oracle")
     assert code == 0 and "recommendation" in out and "SGLang" in out
+
+
+def test_replay_lambda_auto_runs_the_self_tuning_policy(write, capsys):
+    import json
+    path = str(write(tiny_trace(12, requests=3, positions=40)))
+    code, out, err = cli(capsys, "replay", path, "--policy", "ecospec", "--lambda", "auto", "--predictor", "oracle", "--json")
+    assert code == 0, err
+    auto = json.loads(out)["totals"]
+    code, out, err = cli(capsys, "replay", path, "--policy", "ecospec-auto", "--predictor", "oracle", "--json")
+    assert [t["policy"] for t in auto] == ["ecospec-auto"] and auto == json.loads(out)["totals"]
+    code, out, err = cli(capsys, "replay", path, "--lambda", "auto", "--predictor", "oracle", "--json")
+    assert code == 0, err
+    assert [t["policy"] for t in json.loads(out)["totals"]].count("ecospec-auto") == 1  # ecospec became it: once
+    code, out, err = cli(capsys, "replay", path, "--lambda", "often")
+    assert code == 2 and "auto" in err
