@@ -40,7 +40,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ecosim import bitsets
 from ecosim.marginal import StepPricer
 
 PATIENCE = 8  # picks without a better rate before the growth gives up
@@ -233,7 +232,7 @@ def auto_order(trees, predicted: np.ndarray, value: np.ndarray, pricer: StepPric
     max_n = int(trees.n_nodes[ids].max(initial=1))
     if pricer.layer.shape[1] < max_n + 2:
         raise ValueError(f"pricer built for {pricer.layer.shape[1] - 2} tokens; trees hold {max_n}")
-    masks = bitsets.device_masks(pricer.num_experts, pricer.devices)
+    masks = pricer.masks
     res = resident if resident is not None else np.zeros((0, predicted.shape[1], masks.shape[1]), dtype=np.uint64)
     args = (ids, trees.start, trees.n_nodes, trees.trace.nodes["parent"], value, trees.cum_logprob, predicted, masks,
             pricer.layer, pricer.other(context[ids], max_n), pricer.draft, pricer.copy, res, order, best_k, patience)
