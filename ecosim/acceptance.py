@@ -47,7 +47,8 @@ def sibling_rank(trees: Trees) -> np.ndarray:
     the lower node id); 0 for roots."""
     lp = trees.trace.nodes["draft_logprob"].astype(np.float64)
     group_of = np.where(trees.depth == 0, -1 - np.arange(trees.n_rows), trees.parent_row)  # a root sits alone
-    order = np.lexsort((np.arange(trees.n_rows), -lp, group_of))
+    by_lp = np.argsort(-lp, kind="stable")  # two stable sorts = lexsort((row, -lp, group)), 2-4x faster
+    order = by_lp[np.argsort(group_of[by_lp], kind="stable")]
     group = group_of[order]
     first = np.flatnonzero(np.diff(group, prepend=-1) != 0)
     starts = np.repeat(first, np.diff(np.append(first, len(order))))

@@ -38,19 +38,29 @@ The per-tree growth is a numba loop over bitsets (one uint64 word per 64 experts
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
 from ecosim.marginal import StepPricer
 
 PATIENCE = 8  # picks without a better rate before the growth gives up
 
 
+@intrinsic
+def _ctpop(typingctx, x):
+    """LLVM's ctpop: one popcnt instruction where the CPU has it (numba exposes no popcount)."""
+    if not isinstance(x, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+
+    return x(x), codegen
+
+
 @njit(cache=True, inline="always")
 def _popcount(x: np.uint64) -> np.int64:
-    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+    return np.int64(_ctpop(x))
 
 
 @njit(cache=True, inline="always")
@@ -74,7 +84,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
     trees: the trees to grow; start, n_nodes (all trees) first row and size of each; parent (rows,)
     local parent id; value, key (rows,); ids (rows, layers, m) int16 predicted experts (-1 pads),
     packed tree by tree into bitsets (one uint64 word per 64 experts); devmask (devices, words);
-    layer (u + 1, tokens + 2) seconds; other (len(trees), tokens + 2) seconds; resident
+    layer (u + 1, tokens + 2) seconds; other (all trees, tokens + 2) seconds; resident
     (len(trees), layers, words) offload cache bits, or (0, layers, words) without a cache;
     `patience` > 0 stops a tree's growth after that many picks in a row without a better rate.
 
@@ -92,6 +102,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
     for i in range(len(trees)):
         n_max = max(n_max, n_nodes[trees[i]])
     bits = np.zeros((n_max, L, W), dtype=np.uint64)  # one tree's bitsets, reused
+    col = np.zeros(layer.shape[0])
     i = 0
     while i < len(trees):
         tree = trees[i]
@@ -120,7 +131,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
             for d in range(D):
                 m = max(m, layer[u[l, d], tok])
             layers_now += m
-        t0 = layers_now + copy * miss + other[t, tok]
+        t0 = layers_now + copy * miss + other[tree, tok]
         best_rate = 1.0 / t0
         best = 0
         time = t0 + draft
@@ -141,7 +152,9 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                 for d in range(D):
                     m = max(m, layer[u[l, d], tok + 1])
                 base_next[l] = m
-            fixed = other[t, tok + 1] - other[t, tok] - layers_now
+            fixed = other[tree, tok + 1] - other[tree, tok] - layers_now
+            for j in range(col.shape[0]):  # F(., tok + 1) as one contiguous column
+                col[j] = layer[j, tok + 1]
             pick, pick_dt, pick_ratio = -1, 0.0, -1.0
             for x in range(1, n):
                 if not front[x]:
@@ -149,6 +162,15 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                 r = s + x
                 dt = fixed
                 for l in range(L):
+                    if D == 1:  # one group: F at the grown count (no new expert: the count now)
+                        c = 0
+                        for w in range(W):
+                            c += _popcount(bits[r, l, w] & ~buf[l, w])
+                        dt += col[u[l, 0] + c]
+                        if has_cache and c > 0:
+                            for w in range(W):
+                                dt += copy * _popcount(bits[r, l, w] & ~buf[l, w] & ~resident[t, l, w])
+                        continue
                     new = False
                     for w in range(W):
                         if bits[r, l, w] & ~buf[l, w]:
@@ -161,7 +183,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                         c = 0
                         for w in range(W):
                             c += _popcount(bits[r, l, w] & ~buf[l, w] & devmask[d, w])
-                        m = max(m, layer[u[l, d] + c, tok + 1])
+                        m = max(m, col[u[l, d] + c])
                     dt += m
                     if has_cache:
                         for w in range(W):
@@ -220,22 +242,29 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
 
 def auto_order(trees, predicted: np.ndarray, value: np.ndarray, pricer: StepPricer, context: np.ndarray,
                resident: np.ndarray | None = None, only: np.ndarray | None = None,
-               patience: int = PATIENCE, visited_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+               patience: int = PATIENCE, visited_only: bool = False, other: np.ndarray | None = None,
+               out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(order per row, best prefix per tree) of the auto growth over `trees` (tree.Trees) or the
     trees `only` lists; `predicted` (rows, layers, m) int16 expert ids; `value` (rows,) path values;
     `context` (trees,) tokens before each root; `resident` (len(only) or trees, layers, words) the
     offload cache's bits as each tree sees it. `visited_only`: grow only the trees the requests
-    visit under this policy (the others keep the root alone; see `grow`)."""
+    visit under this policy (the others keep the root alone; see `grow`).
+
+    A caller growing one tree at a time (the offload trajectory) passes what holds for the whole
+    trace once: `other`, `pricer.other(context, max nodes)` of every tree, and `out`, the order
+    and best-prefix arrays to write into (only the grown trees' rows are written)."""
     ids = np.arange(trees.n_trees) if only is None else np.asarray(only, dtype=np.int64)
-    order = np.full(trees.n_rows, -1, dtype=np.int64)
-    best_k = np.zeros(trees.n_trees, dtype=np.int64)
+    if out is None:
+        out = np.full(trees.n_rows, -1, dtype=np.int64), np.zeros(trees.n_trees, dtype=np.int64)
+    order, best_k = out
     max_n = int(trees.n_nodes[ids].max(initial=1))
     if pricer.layer.shape[1] < max_n + 2:
         raise ValueError(f"pricer built for {pricer.layer.shape[1] - 2} tokens; trees hold {max_n}")
-    masks = pricer.masks
-    res = resident if resident is not None else np.zeros((0, predicted.shape[1], masks.shape[1]), dtype=np.uint64)
-    args = (ids, trees.start, trees.n_nodes, trees.trace.nodes["parent"], value, trees.cum_logprob, predicted, masks,
-            pricer.layer, pricer.other(context[ids], max_n), pricer.draft, pricer.copy, res, order, best_k, patience)
+    if other is None:
+        other = pricer.other(context, int(trees.n_nodes.max(initial=1)))
+    res = resident if resident is not None else np.zeros((0, predicted.shape[1], pricer.masks.shape[1]), dtype=np.uint64)
+    args = (ids, trees.start, trees.n_nodes, trees.trace.nodes["parent"], value, trees.cum_logprob, predicted,
+            pricer.masks, pricer.layer, other, pricer.draft, pricer.copy, res, order, best_k, patience)
     if visited_only and only is None:
         end = np.zeros(trees.n_trees, dtype=np.int64)
         for _, sl in trees.request_slices():
