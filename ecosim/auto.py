@@ -32,7 +32,10 @@ and raw values the order is confidence's and the selection is confidence at the 
 Assumption (stated wherever the policy is reported): a root-only step does not draft, i.e. the
 engine knows whether to draft before drafting, as the oracle bound and Cascade's off state assume.
 
-The per-tree growth is a numba loop over bitsets (one uint64 word per 64 experts per layer).
+The per-tree growth is a numba loop over bitsets (one uint64 word per 64 experts per layer). Its
+hot path is pricing every frontier node at every pick; with one expert group and a layer time
+affine in the experts read (memory-bound layers, checked per pick on the cost table), that is one
+popcount over the node's words, not a table lookup per layer (`bench/replay_throughput.py`).
 """
 
 from __future__ import annotations
@@ -103,6 +106,10 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
         n_max = max(n_max, n_nodes[trees[i]])
     bits = np.zeros((n_max, L, W), dtype=np.uint64)  # one tree's bitsets, reused
     col = np.zeros(layer.shape[0])
+    LW = L * W
+    bits_flat, buf_flat = bits.reshape(n_max, LW), buf.reshape(LW)  # views: a node's words in one run
+    res_flat = resident.reshape(resident.shape[0], LW)
+    slope = 0.0
     i = 0
     while i < len(trees):
         tree = trees[i]
@@ -155,13 +162,43 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
             fixed = other[tree, tok + 1] - other[tree, tok] - layers_now
             for j in range(col.shape[0]):  # F(., tok + 1) as one contiguous column
                 col[j] = layer[j, tok + 1]
+            # One group and F(., tok + 1) affine from the emptiest layer's count up (memory-bound
+            # layers: each expert costs the same): a node's time is the layers' time now plus one
+            # slope per new expert, so one count over all its words replaces a lookup per layer.
+            affine = False
+            if D == 1:
+                lo = col.shape[0] - 1
+                layers_next = 0.0
+                for l in range(L):
+                    lo = min(lo, u[l, 0])
+                    layers_next += col[u[l, 0]]
+                if lo + 1 < col.shape[0]:
+                    slope = col[lo + 1] - col[lo]
+                    affine = slope > 0.0
+                    for j in range(lo + 1, col.shape[0] - 1):
+                        if abs(col[j + 1] - col[j] - slope) > 1e-12 * slope:
+                            affine = False
+                            break
             pick, pick_dt, pick_ratio = -1, 0.0, -1.0
             for x in range(1, n):
                 if not front[x]:
                     continue
                 r = s + x
                 dt = fixed
-                for l in range(L):
+                if affine:
+                    c = 0
+                    for q in range(LW):
+                        c += _popcount(bits_flat[r, q] & ~buf_flat[q])
+                    dt += layers_next + slope * c
+                    if has_cache and c > 0:
+                        c = 0
+                        for q in range(LW):
+                            c += _popcount(bits_flat[r, q] & ~buf_flat[q] & ~res_flat[t, q])
+                        dt += copy * c
+                    L_loop = 0
+                else:
+                    L_loop = L
+                for l in range(L_loop):
                     if D == 1:  # one group: F at the grown count (no new expert: the count now)
                         c = 0
                         for w in range(W):
