@@ -46,7 +46,7 @@ def knob_options(knobs: Iterable[Knob], axis: bool = False, defaults: dict[str, 
         elif axis:
             ranges = " and/or inclusive ranges start:stop:step" if k.type in (int, float) else ""
             words = "".join(f", {w}" for w, _ in k.words)
-            out.append(Opt(k.name, str, str(d), f"{k.help} Comma list{ranges}{words}.", k.flag, meta))
+            out.append(Opt(k.name, str, str(d), f"{k.help} Comma list{ranges}{words}.", k.flag))
         else:
             out.append(Opt(k.name, kind, d, k.help, k.flag, meta))
     return out
