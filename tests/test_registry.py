@@ -121,11 +121,12 @@ def test_lambda_auto_is_a_spelling_of_the_self_tuning_policy():
     assert names.count("ecospec-auto") == 1 and names.count("ecospec") == 2
 
 
-def test_a_word_must_name_a_registered_policy_without_the_knob():
-    bad = Policy("selfish", "Names itself.", knobs=(Knob("lam", float, 0.5, "x", column="lambda", words=(("auto", "ecospec"),)),),
-                 select=lambda ctx, knobs: ctx.trees.depth == 0)
-    with pytest.raises(ValueError):
+def test_a_word_names_another_policy():
+    gamma = Knob("gamma", float, 0.5, "x", words=(("auto", "selfish"),))
+    bad = Policy("selfish", "Names itself.", knobs=(gamma,), select=lambda ctx, knobs: ctx.trees.depth == 0)
+    with pytest.raises(ValueError, match="names selfish"):
         registry.register(bad)
+    assert "selfish" not in registry.names()
 
 
 def test_no_module_outside_the_registry_compares_a_policy_name():
