@@ -32,26 +32,38 @@ and raw values the order is confidence's and the selection is confidence at the 
 Assumption (stated wherever the policy is reported): a root-only step does not draft, i.e. the
 engine knows whether to draft before drafting, as the oracle bound and Cascade's off state assume.
 
-The per-tree growth is a numba loop over bitsets (one uint64 word per 64 experts per layer).
+The per-tree growth is a numba loop over bitsets (one uint64 word per 64 experts per layer). Its
+hot path is pricing every frontier node at every pick; with one expert group and a layer time
+affine in the experts read (memory-bound layers, checked per pick on the cost table), that is one
+popcount over the node's words, not a table lookup per layer (`bench/replay_throughput.py`).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
-from ecosim import bitsets
 from ecosim.marginal import StepPricer
 
 PATIENCE = 8  # picks without a better rate before the growth gives up
 
 
+@intrinsic
+def _ctpop(typingctx, x):
+    """LLVM's ctpop: one popcnt instruction where the CPU has it (numba exposes no popcount)."""
+    if not isinstance(x, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+
+    return x(x), codegen
+
+
 @njit(cache=True, inline="always")
 def _popcount(x: np.uint64) -> np.int64:
-    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+    return np.int64(_ctpop(x))
 
 
 @njit(cache=True, inline="always")
@@ -75,7 +87,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
     trees: the trees to grow; start, n_nodes (all trees) first row and size of each; parent (rows,)
     local parent id; value, key (rows,); ids (rows, layers, m) int16 predicted experts (-1 pads),
     packed tree by tree into bitsets (one uint64 word per 64 experts); devmask (devices, words);
-    layer (u + 1, tokens + 2) seconds; other (len(trees), tokens + 2) seconds; resident
+    layer (u + 1, tokens + 2) seconds; other (all trees, tokens + 2) seconds; resident
     (len(trees), layers, words) offload cache bits, or (0, layers, words) without a cache;
     `patience` > 0 stops a tree's growth after that many picks in a row without a better rate.
 
@@ -93,6 +105,11 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
     for i in range(len(trees)):
         n_max = max(n_max, n_nodes[trees[i]])
     bits = np.zeros((n_max, L, W), dtype=np.uint64)  # one tree's bitsets, reused
+    col = np.zeros(layer.shape[0])
+    LW = L * W
+    bits_flat, buf_flat = bits.reshape(n_max, LW), buf.reshape(LW)  # views: a node's words in one run
+    res_flat = resident.reshape(resident.shape[0], LW)
+    slope = 0.0
     i = 0
     while i < len(trees):
         tree = trees[i]
@@ -121,7 +138,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
             for d in range(D):
                 m = max(m, layer[u[l, d], tok])
             layers_now += m
-        t0 = layers_now + copy * miss + other[t, tok]
+        t0 = layers_now + copy * miss + other[tree, tok]
         best_rate = 1.0 / t0
         best = 0
         time = t0 + draft
@@ -142,14 +159,55 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                 for d in range(D):
                     m = max(m, layer[u[l, d], tok + 1])
                 base_next[l] = m
-            fixed = other[t, tok + 1] - other[t, tok] - layers_now
+            fixed = other[tree, tok + 1] - other[tree, tok] - layers_now
+            for j in range(col.shape[0]):  # F(., tok + 1) as one contiguous column
+                col[j] = layer[j, tok + 1]
+            # One group and F(., tok + 1) affine from the emptiest layer's count up (memory-bound
+            # layers: each expert costs the same): a node's time is the layers' time now plus one
+            # slope per new expert, so one count over all its words replaces a lookup per layer.
+            affine = False
+            if D == 1:
+                lo = col.shape[0] - 1
+                layers_next = 0.0
+                for l in range(L):
+                    lo = min(lo, u[l, 0])
+                    layers_next += col[u[l, 0]]
+                if lo + 1 < col.shape[0]:
+                    slope = col[lo + 1] - col[lo]
+                    affine = slope > 0.0
+                    for j in range(lo + 1, col.shape[0] - 1):
+                        if abs(col[j + 1] - col[j] - slope) > 1e-12 * slope:
+                            affine = False
+                            break
             pick, pick_dt, pick_ratio = -1, 0.0, -1.0
             for x in range(1, n):
                 if not front[x]:
                     continue
                 r = s + x
                 dt = fixed
-                for l in range(L):
+                if affine:
+                    c = 0
+                    for q in range(LW):
+                        c += _popcount(bits_flat[r, q] & ~buf_flat[q])
+                    dt += layers_next + slope * c
+                    if has_cache and c > 0:
+                        c = 0
+                        for q in range(LW):
+                            c += _popcount(bits_flat[r, q] & ~buf_flat[q] & ~res_flat[t, q])
+                        dt += copy * c
+                    L_loop = 0
+                else:
+                    L_loop = L
+                for l in range(L_loop):
+                    if D == 1:  # one group: F at the grown count (no new expert: the count now)
+                        c = 0
+                        for w in range(W):
+                            c += _popcount(bits[r, l, w] & ~buf[l, w])
+                        dt += col[u[l, 0] + c]
+                        if has_cache and c > 0:
+                            for w in range(W):
+                                dt += copy * _popcount(bits[r, l, w] & ~buf[l, w] & ~resident[t, l, w])
+                        continue
                     new = False
                     for w in range(W):
                         if bits[r, l, w] & ~buf[l, w]:
@@ -162,7 +220,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                         c = 0
                         for w in range(W):
                             c += _popcount(bits[r, l, w] & ~buf[l, w] & devmask[d, w])
-                        m = max(m, layer[u[l, d] + c, tok + 1])
+                        m = max(m, col[u[l, d] + c])
                     dt += m
                     if has_cache:
                         for w in range(W):
@@ -221,22 +279,29 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
 
 def auto_order(trees, predicted: np.ndarray, value: np.ndarray, pricer: StepPricer, context: np.ndarray,
                resident: np.ndarray | None = None, only: np.ndarray | None = None,
-               patience: int = PATIENCE, visited_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
+               patience: int = PATIENCE, visited_only: bool = False, other: np.ndarray | None = None,
+               out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(order per row, best prefix per tree) of the auto growth over `trees` (tree.Trees) or the
     trees `only` lists; `predicted` (rows, layers, m) int16 expert ids; `value` (rows,) path values;
     `context` (trees,) tokens before each root; `resident` (len(only) or trees, layers, words) the
     offload cache's bits as each tree sees it. `visited_only`: grow only the trees the requests
-    visit under this policy (the others keep the root alone; see `grow`)."""
+    visit under this policy (the others keep the root alone; see `grow`).
+
+    A caller growing one tree at a time (the offload trajectory) passes what holds for the whole
+    trace once: `other`, `pricer.other(context, max nodes)` of every tree, and `out`, the order
+    and best-prefix arrays to write into (only the grown trees' rows are written)."""
     ids = np.arange(trees.n_trees) if only is None else np.asarray(only, dtype=np.int64)
-    order = np.full(trees.n_rows, -1, dtype=np.int64)
-    best_k = np.zeros(trees.n_trees, dtype=np.int64)
+    if out is None:
+        out = np.full(trees.n_rows, -1, dtype=np.int64), np.zeros(trees.n_trees, dtype=np.int64)
+    order, best_k = out
     max_n = int(trees.n_nodes[ids].max(initial=1))
     if pricer.layer.shape[1] < max_n + 2:
         raise ValueError(f"pricer built for {pricer.layer.shape[1] - 2} tokens; trees hold {max_n}")
-    masks = bitsets.device_masks(pricer.num_experts, pricer.devices)
-    res = resident if resident is not None else np.zeros((0, predicted.shape[1], masks.shape[1]), dtype=np.uint64)
-    args = (ids, trees.start, trees.n_nodes, trees.trace.nodes["parent"], value, trees.cum_logprob, predicted, masks,
-            pricer.layer, pricer.other(context[ids], max_n), pricer.draft, pricer.copy, res, order, best_k, patience)
+    if other is None:
+        other = pricer.other(context, int(trees.n_nodes.max(initial=1)))
+    res = resident if resident is not None else np.zeros((0, predicted.shape[1], pricer.masks.shape[1]), dtype=np.uint64)
+    args = (ids, trees.start, trees.n_nodes, trees.trace.nodes["parent"], value, trees.cum_logprob, predicted,
+            pricer.masks, pricer.layer, other, pricer.draft, pricer.copy, res, order, best_k, patience)
     if visited_only and only is None:
         end = np.zeros(trees.n_trees, dtype=np.int64)
         for _, sl in trees.request_slices():

@@ -7,22 +7,37 @@ A step's time is (cost.py)
               + O(n(S), context) + draft (if S holds more than the root)
 
 where u_ld is the number of distinct experts device d reads in layer l, n the tokens verified,
-F a layer's time on one device (its HBM reads and routed compute, plus the all-to-all that
-`layer_times` adds under ep:N), O everything outside the routed experts, and m_l the layer's
+F a layer's time on one device, O everything outside the routed experts, and m_l the layer's
 experts missing from the offload cache. So the marginal time of a node x given S is
 
     dt(x | S) = t_step(S + x) - t_step(S):
-      its new experts per device (a layer waits for its slowest device under ep:N),
-      one more token's compute (F and O at n + 1),
-      the copies of its new experts that the offload cache does not hold (hits are free),
+      its new experts per device group, one more token's compute (F and O at n + 1),
+      the copies of its new experts that the offload cache does not hold,
       and the draft, when x is the first node besides the root.
 
-`StepPricer` tabulates F over (experts on one device, tokens) and O over tokens by calling the
+Nothing here names a placement: the pricer asks the placement object, and the cost model's
+`layer_times` reads the same object, so each placement's rule comes from one place:
+
+    hbm        one group; a new expert is read whole at HBM bandwidth.
+    tp:N       one group; each device reads 1/N of each new expert (`expert_fraction`) and does
+               1/N of the FLOPs; the per-layer all-reduces grow with the tokens, not the experts,
+               so they are the same for every node (`allreduces`, in F through collective_time).
+    ep:N       N groups (`group_masks`): a layer waits for its slowest group, so a node's new
+               experts cost only what they add to the straggler (free on a group still below it);
+               the all-to-alls grow with the tokens only.
+    tp:N+ep:M  both: M groups, each reading 1/N of its experts.
+    offload    one group and a cache (`cache()`, `stateful`): a node's new experts that the cache
+               holds are free, the others pay a PCIe copy each (`copy_time`), given the cache
+               state the step sees (the policy carries it along the request's trajectory).
+
+`StepPricer` tabulates F over (experts on one group, tokens) and O over tokens by calling the
 CostModel's public methods (`layer_times`, `other_times`, `draft_time`), so whatever those charge
 (per-layer fixed costs, shares of a placement) a policy sees too, and a selection's step time here
-equals what the replay charges for it (a test holds them together). Assumption: every MoE layer
+equals what the replay charges for it (a test holds them together). Assumptions: every MoE layer
 costs the same for the same reads (true of cost.py; a model with per-layer costs would need a
-table per layer).
+table per layer); and with a grouped-GEMM tile (`gemm_tile_rows` > 0) under ep:N, F's compute
+efficiency is taken from the straggler group's experts instead of the layer's whole union (exact
+when memory-bound or with one group).
 """
 
 from __future__ import annotations
@@ -31,6 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ecosim import bitsets
 from ecosim.cost import CostModel
 
 
@@ -38,28 +54,31 @@ from ecosim.cost import CostModel
 class StepPricer:
     """Tables of one cost model, for selections of at most `max_tokens` tokens."""
 
-    layer: np.ndarray  # (experts per device + 1, max_tokens + 2): F(u, n), seconds of one layer
-    copy: float  # seconds per expert copied over PCIe (0 unless offload)
+    layer: np.ndarray  # (experts per group + 1, max_tokens + 2): F(u, n), seconds of one layer
+    copy: float  # seconds per expert copied over PCIe (0 without a cache)
     draft: float  # seconds of drafting a speculative step
-    devices: int  # devices the experts are split over (contiguous blocks)
+    masks: np.ndarray  # (groups, words) the experts each group holds (the placement's group_masks)
     layers: int
     num_experts: int
     cost: CostModel
 
+    @property
+    def groups(self) -> int:
+        return len(self.masks)
+
     @classmethod
     def of(cls, cost: CostModel, max_tokens: int) -> StepPricer:
-        m = cost.model
-        p = cost.placement
-        devices = p.groups
-        per_device = -(-m.num_experts // devices)
+        m, p = cost.model, cost.placement
+        masks = p.group_masks(m.num_experts)
+        per_group = int(bitsets.count(masks).max())
         tokens = np.arange(max_tokens + 2)
-        # F(u, n) = layer_times with u experts on device 0 and none elsewhere: the max over devices
-        # is device 0's time (a device's time never falls as it reads more), plus the all-to-all.
-        union = np.zeros((len(tokens), per_device + 1, devices))
-        union[:, :, 0] = np.arange(per_device + 1)
-        layer = cost.layer_times(union if devices > 1 else union[..., 0], tokens).T
+        # F(u, n) = layer_times with u experts on group 0 and none elsewhere: the max over groups
+        # is group 0's time (a group's time never falls as it reads more), plus the collectives.
+        union = np.zeros((len(tokens), per_group + 1, len(masks)))
+        union[:, :, 0] = np.arange(per_group + 1)
+        layer = cost.layer_times(union, tokens).T
         copy = float(cost.copy_time(np.ones(1))[0]) if p.stateful else 0.0
-        return cls(np.ascontiguousarray(layer), copy, cost.draft_time(speculative=True), devices, m.num_moe_layers,
+        return cls(np.ascontiguousarray(layer), copy, cost.draft_time(speculative=True), masks, m.num_moe_layers,
                    m.num_experts, cost)
 
     def other(self, context: np.ndarray, max_tokens: int) -> np.ndarray:
@@ -69,13 +88,12 @@ class StepPricer:
         tok = np.tile(n, len(context))
         return self.cost.other_times(tok, ctx, speculative=False).reshape(len(context), len(n))
 
-    def device_of(self) -> np.ndarray:
-        """(experts,) device holding each expert: contiguous blocks, as placement.py says."""
-        per_device = -(-self.num_experts // self.devices)
-        return np.arange(self.num_experts) // per_device
+    def group_of(self) -> np.ndarray:
+        """(experts,) the group holding each expert, from the placement's masks."""
+        return np.argmax(bitsets.unpack(self.masks, self.num_experts), axis=0)
 
     def step_time(self, per_device: np.ndarray, tokens: int, context: int, misses: np.ndarray | None = None) -> float:
-        """t_step of one selection: `per_device` (layers, devices) distinct experts each device reads,
+        """t_step of one selection: `per_device` (layers, groups) distinct experts each group reads,
         `tokens` verified (root included), `misses` (layers,) offload copies. Speculative iff tokens > 1."""
         t = self.layer[per_device, tokens].max(axis=-1).sum()
         if misses is not None:
@@ -88,8 +106,8 @@ class StepPricer:
         """dt(x | S): `experts` (layers, experts) bool of the predicted experts of S (root included),
         `selected` its token count, `node` (layers, experts) bool of x's predicted experts,
         `resident` (layers, experts) bool of the offload cache (None: no cache)."""
-        dev = self.device_of()
-        counts = np.zeros((self.layers, self.devices), dtype=np.int64)
+        dev = self.group_of()
+        counts = np.zeros((self.layers, self.groups), dtype=np.int64)
         np.add.at(counts.T, dev, experts.T)
         grown = experts | node
         after = np.zeros_like(counts)

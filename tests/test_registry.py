@@ -97,3 +97,54 @@ def test_a_registered_policy_sweeps_with_its_own_column(write, tmp_path, shallow
         assert "max_depth" in w["config"]
     again = run_sweep(grid, [trace], tmp_path / "sweep", jobs=1)  # resumed: every configuration found done
     assert again.computed == 0 and again.results.equals(df)
+
+
+def test_lambda_auto_is_a_spelling_of_the_self_tuning_policy():
+    """`--lambda auto` is a word of ecospec's lambda knob, naming the policy that runs instead; the
+    knobs ecospec-auto lacks (budget, score) are dropped as any policy drops knobs it has no use for."""
+    auto = PolicySpec("ecospec-auto", predictor="oracle")
+    assert PolicySpec("ecospec", 8, "auto", "oracle") == auto
+    assert PolicySpec("ecospec", lam=" AUTO ", predictor="oracle", score="ratio") == auto
+    assert PolicySpec("confidence", 8, lam="auto") == PolicySpec("confidence", 8)  # not its knob: dropped
+    assert PolicySpec("ecospec", lam="0.25").lam == 0.25  # text of a number is still a number
+    with pytest.raises(EcoSimError, match="lambda must be float or 'auto'"):
+        PolicySpec("ecospec", lam="often")
+    lam = registry.knob_by_key("lambda")
+    assert lam.metavar == "FLOAT|auto" and lam.policy_for("auto") == "ecospec-auto" and lam.policy_for(0.5) is None
+    assert g.parse_axis("lambda", "0:0.2:0.1,auto,0.1") == [0.0, 0.1, 0.2, "auto"]
+    with pytest.raises(EcoSimError, match="--lambda"):
+        g.parse_axis("lambda", "0.1,automatic")
+    # a sweep grid with auto among the lambdas runs ecospec-auto once, whatever the budgets
+    grid = g.Grid(["ecospec"], {"budget": [4, 8], "lam": [0.5, "auto"], "predictor": ["oracle"], "score": ["difference"]},
+                  ["h200"], [None], ["hbm"])
+    names = [s.name for s in grid.selections()]
+    assert names.count("ecospec-auto") == 1 and names.count("ecospec") == 2
+
+
+def test_a_word_names_another_policy():
+    gamma = Knob("gamma", float, 0.5, "x", words=(("auto", "selfish"),))
+    bad = Policy("selfish", "Names itself.", knobs=(gamma,), select=lambda ctx, knobs: ctx.trees.depth == 0)
+    with pytest.raises(ValueError, match="names selfish"):
+        registry.register(bad)
+    assert "selfish" not in registry.names()
+
+
+def test_no_module_outside_the_registry_compares_a_policy_name():
+    """Only ecosim/policies knows a policy by its name: elsewhere a comparison with a policy's name
+    (`spec.name == "ecospec"`) is a branch the registry cannot see."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    names = "|".join(re.escape(n) for n in registry.names())
+    compare = re.compile(rf"""(==|!=)\s*["']({names})["']|["']({names})["']\s*(==|!=)""")
+    member = re.compile(rf"""\bin\s*[(\[{{]\s*["']({names})["']""")  # `x in ("ar", ...)` (a `for` line is a loop)
+    assert compare.search('if spec.name == "ecospec":') and member.search("if p.name in ('ar', 'oracle'):")
+    hits = []
+    for folder in ("ecosim", "bench"):
+        for path in (root / folder).rglob("*.py"):
+            if path.parent.name == "policies":
+                continue
+            for i, line in enumerate(path.read_text().splitlines(), 1):
+                if compare.search(line) or (folder == "ecosim" and member.search(line) and not line.lstrip().startswith("for ")):
+                    hits.append(f"{path.relative_to(root)}:{i}: {line.strip()}")
+    assert not hits, "\n".join(hits)

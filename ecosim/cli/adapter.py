@@ -30,6 +30,7 @@ class Opt:
     default: Any
     help: str
     flag: str
+    metavar: str | None = None  # `FLOAT|auto` for a knob that also takes words; None: typer's own
 
 
 def knob_options(knobs: Iterable[Knob], axis: bool = False, defaults: dict[str, Any] | None = None,
@@ -40,13 +41,16 @@ def knob_options(knobs: Iterable[Knob], axis: bool = False, defaults: dict[str, 
     out = []
     for k in knobs:
         d = (defaults or {}).get(k.name, k.default)
+        kind = str if k.words else k.type  # a word (`auto`) arrives as text; the knob coerces it
+        meta = k.metavar or None
         if unset is not None:
-            out.append(Opt(k.name, k.type | None, None, f"{unset} {k.help} (default {d})", k.flag))
+            out.append(Opt(k.name, kind | None, None, f"{unset} {k.help} (default {d})", k.flag, meta))
         elif axis:
             ranges = " and/or inclusive ranges start:stop:step" if k.type in (int, float) else ""
-            out.append(Opt(k.name, str, str(d), f"{k.help} Comma list{ranges}.", k.flag))
+            words = "".join(f", {w}" for w, _ in k.words)
+            out.append(Opt(k.name, str, str(d), f"{k.help} Comma list{ranges}{words}.", k.flag))
         else:
-            out.append(Opt(k.name, k.type, d, k.help, k.flag))
+            out.append(Opt(k.name, kind, d, k.help, k.flag, meta))
     return out
 
 
@@ -69,7 +73,7 @@ def with_options(into: str, options: Callable[[], list[Opt]]) -> Callable[[Calla
                 params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation)))
                 continue
             for o in opts:
-                annotation = Annotated[o.type, typer.Option(o.flag, help=o.help)]
+                annotation = Annotated[o.type, typer.Option(o.flag, help=o.help, metavar=o.metavar)]
                 params.append(inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default, annotation=annotation))
         names = {o.name for o in opts}
 

@@ -3,8 +3,9 @@
 A placement says where the weights live and what a step's MoE layer costs in *device-local*
 terms; cost.py turns those into seconds:
 
-- `groups`: expert groups (devices that hold different experts); `union_per_group` counts the
-  distinct experts of a step's union that each group reads, from the union bitsets;
+- `groups`: expert groups (devices that hold different experts); `group_masks` says which experts
+  each group holds, `union_per_group` counts the distinct experts of a step's union that each group
+  reads, from the union bitsets;
 - `expert_fraction`: the fraction of one expert's bytes a device of a group reads (1/N under tp);
 - `devices`: devices in use; `dense_share`: devices the dense weights and the KV cache are split
   over (attention is tensor parallel over every device in the sharded placements);
@@ -81,11 +82,16 @@ class Placement(ABC):
     def stateful(self) -> bool:
         return False
 
+    def group_masks(self, num_experts: int) -> np.ndarray:
+        """(groups, words) bitsets of the experts each group holds: contiguous blocks, the first
+        E mod G groups one larger (bitsets.device_masks); one group holds every expert."""
+        return bitsets.device_masks(num_experts, self.groups)
+
     def union_per_group(self, bits: np.ndarray, num_experts: int) -> np.ndarray:
         """(..., words) union bitsets -> (..., groups) distinct experts each group reads."""
         if self.groups == 1:
             return bitsets.count(bits)[..., None]
-        return bitsets.count_per_device(bits, bitsets.device_masks(num_experts, self.groups))
+        return bitsets.count_per_device(bits, self.group_masks(num_experts))
 
     # ------------------------------------------------------------------------------ capacity
 

@@ -55,6 +55,10 @@ class Knob:
     fingerprint: Callable[[Any], str | None] | None = None
     short: str = ""  # how a label shows it: "b=" for `b=16`; "" shows the bare value
     optional: bool = False  # a configuration read from a file may leave it out (it takes the default)
+    # Words the knob accepts besides values of its type, each naming the policy that runs instead
+    # (`--lambda auto` is ecospec-auto): a spelling, resolved by PolicySpec, so a word never
+    # reaches a policy. Pairs, not a dict, so the knob stays hashable.
+    words: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -65,12 +69,26 @@ class Knob:
         return "--" + self.key.replace("_", "-")
 
     @property
+    def metavar(self) -> str:
+        """How --help shows the value: `FLOAT|auto` for a knob with words, else typer's own."""
+        return "|".join([self.type.__name__.upper(), *(w for w, _ in self.words)]) if self.words else ""
+
+    def policy_for(self, value: Any) -> str | None:
+        """The policy a word given as this knob's value names, or None for an ordinary value."""
+        if isinstance(value, str):
+            return dict(self.words).get(value.strip().lower())
+        return None
+
+    @property
     def axis(self) -> str:
         """The sweep.json key of this knob's values (budgets, lambdas, ...)."""
         return self.key + "s"
 
     def coerce(self, value: Any) -> Any:
-        """The value as this knob's type, checked; a one-line EcoSimError otherwise."""
+        """The value as this knob's type, checked (a word of the knob is returned as the word); a
+        one-line EcoSimError otherwise."""
+        if self.policy_for(value) is not None:
+            return value.strip().lower()
         if isinstance(value, bool) or value is None:
             raise EcoSimError(f"{self.key} must be {self.type.__name__}, got {value!r}")
         try:
@@ -83,7 +101,8 @@ class Knob:
             else:
                 value = self.type(value)
         except (TypeError, ValueError):
-            raise EcoSimError(f"{self.key} must be {self.type.__name__}, got {value!r}") from None
+            words = "".join(f" or {w!r}" for w, _ in self.words)
+            raise EcoSimError(f"{self.key} must be {self.type.__name__}{words}, got {value!r}") from None
         return self.check(value) if self.check else value
 
     def show(self, value: Any) -> str:

@@ -40,7 +40,7 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
     ctx_len = t.trace.positions["context_len"].astype(np.int64)
     draft = cost.draft_time(speculative=True)
     m = ctx.shape
-    masks = bitsets.device_masks(m.num_experts, cost.placement.groups) if cost.placement.groups > 1 else None
+    masks = cost.placement.group_masks(m.num_experts) if cost.placement.groups > 1 else None
 
     def seconds(k: int, pos: int) -> float:
         rows = np.arange(t.start[pos], t.start[pos] + t.n_nodes[pos])

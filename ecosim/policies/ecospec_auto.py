@@ -27,11 +27,23 @@ def values(ctx: Context, kind: str) -> np.ndarray:
     return node_values(ctx.trees, kind, cal)
 
 
+def _key(ctx: Context) -> tuple:
+    c = ctx.cost
+    assert c is not None
+    return (c.model, c.device, c.placement, c.config, c.tree_depth, c.draft)
+
+
 def pricer(ctx: Context) -> StepPricer:
     c = ctx.cost
     assert c is not None
-    key = ("pricer", c.model, c.device, c.placement, c.config, c.tree_depth, c.draft)
-    return ctx.memo(key, lambda: StepPricer.of(c, int(ctx.trees.n_nodes.max(initial=1))))
+    return ctx.memo(("pricer", *_key(ctx)), lambda: StepPricer.of(c, int(ctx.trees.n_nodes.max(initial=1))))
+
+
+def other(ctx: Context) -> np.ndarray:
+    """(trees, nodes + 2) seconds outside the routed experts by tokens verified: once per trace and pricing."""
+    t = ctx.trees
+    return ctx.memo(("auto other", *_key(ctx)), lambda: pricer(ctx).other(
+        t.trace.positions["context_len"].astype(np.int64), int(t.n_nodes.max(initial=1))))
 
 
 def _pack_bool(table: np.ndarray, num_experts: int) -> np.ndarray:
@@ -45,27 +57,32 @@ def _pack_bool(table: np.ndarray, num_experts: int) -> np.ndarray:
 def select(ctx: Context, knobs: Knobs) -> np.ndarray:
     t, cost = ctx.trees, ctx.cost
     assert cost is not None
-    pred, value, p = ctx.predicted(knobs["predictor"]), values(ctx, knobs["value"]), pricer(ctx)
-    ctx_len = t.trace.positions["context_len"].astype(np.int64)
+    pred, value, p, o = ctx.predicted(knobs["predictor"]), values(ctx, knobs["value"]), pricer(ctx), other(ctx)
+    ctx_len = t.trace.positions["context_len"]
     if not cost.placement.stateful:
-        return auto_select(t, *auto_order(t, pred, value, p, ctx_len, visited_only=True))
+        return auto_select(t, *auto_order(t, pred, value, p, ctx_len, visited_only=True, other=o))
     m, place = ctx.shape, cost.placement
     cache = place.cache(m)
     assert cache is not None
     selected = t.depth == 0
     experts = t.trace.experts_3d()
+    out = np.full(t.n_rows, -1, dtype=np.int64), np.zeros(t.n_trees, dtype=np.int64)  # reused, tree by tree
+    one = np.zeros(1, dtype=np.int64)
     for _, sl in t.request_slices():
         pos = sl.start
         while pos < sl.stop:
             resident = _pack_bool(cache.resident, m.num_experts)[None]
-            order, best_k = auto_order(t, pred, value, p, ctx_len, resident=resident, only=[pos])
-            rows = np.arange(t.start[pos], t.start[pos] + t.n_nodes[pos])
-            pick = (t.depth[rows] == 0) | ((order[rows] >= 0) & (order[rows] < best_k[pos]))
-            selected[rows] = pick
-            cache.access(bitsets.pack_groups(experts, np.zeros(int(pick.sum()), dtype=np.int64), 1, m.num_experts,
-                                             rows=rows[pick])[0])
-            hit = pick & t.accepted[rows]
-            pos += int(t.depth[rows][hit].max(initial=0)) + 1
+            one[0] = pos
+            order, best_k = auto_order(t, pred, value, p, ctx_len, resident=resident, only=one, other=o, out=out)
+            a, n = int(t.start[pos]), int(t.n_nodes[pos])
+            o_rows, d_rows = order[a : a + n], t.depth[a : a + n]
+            pick = (d_rows == 0) | ((o_rows >= 0) & (o_rows < best_k[pos]))
+            selected[a : a + n] = pick
+            rows = np.flatnonzero(pick) + a
+            cache.access(bitsets.pack_groups(experts, np.zeros(len(rows), dtype=np.int64), 1, m.num_experts, rows=rows,
+                                             chunk_bytes=1)[0])  # one union: no scratch beyond it
+            hit = pick & t.accepted[a : a + n]
+            pos += int(d_rows[hit].max(initial=0)) + 1
     return selected
 
 

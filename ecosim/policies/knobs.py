@@ -45,8 +45,9 @@ def _score(s: str) -> str:
 
 BUDGET = Knob("budget", int, 16, "Nodes a step may verify besides the root (EAGLE's total_token - 1).",
               check=_budget, short="b=")
-LAMBDA = Knob("lam", float, 0.5, "ecospec's cost weight: value - lambda x (new experts / (moe_layers x top_k)).",
-              column="lambda", check=_lam, short="λ=")
+LAMBDA = Knob("lam", float, 0.5, "ecospec's cost weight: value - lambda x (new experts / (moe_layers x top_k)); "
+              "auto: no weight, per step the subtree of most expected tokens per second (runs ecospec-auto).",
+              column="lambda", check=_lam, short="λ=", words=(("auto", "ecospec-auto"),))
 PREDICTOR = Knob("predictor", str, "token",
                  "Expert predictor ecospec scores with: token, freq or context (trained on the fly on the trace's other "
                  "requests, k-fold), a predictor file from `ecosim predictor train`, oracle (true routing, an upper "

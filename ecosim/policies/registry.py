@@ -34,6 +34,10 @@ def register(policy: Policy) -> Policy:
             raise ValueError(f"policy {policy.name}: a different knob is already called {k.name!r}")
         if other is None and any(k.key == o.key for o in knobs()):
             raise ValueError(f"policy {policy.name}: knob column {k.key!r} is taken")
+    for k in policy.knobs:  # a word names another policy, one without the knob (a spelling, not a loop)
+        for word, target in k.words:
+            if target == policy.name or (target in _ENTRIES and _ENTRIES[target].knob(k.name) is not None):
+                raise ValueError(f"knob {k.name}: word {word!r} names {target}, which has the knob itself")
     if policy.role != "selection" and any(p.role == policy.role for p in _ENTRIES.values()):
         raise ValueError(f"policy {policy.name}: there is already a {policy.role}")
     _ENTRIES[policy.name] = policy
@@ -104,3 +108,6 @@ def order_of(name: str) -> int:
 
 for _p in BUILTIN:
     register(_p)
+for _k in knobs():  # a knob's word names a policy that exists (checked once the built-ins are in)
+    for _w, _target in _k.words:
+        get(_target)

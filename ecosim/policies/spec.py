@@ -20,7 +20,8 @@ class PolicySpec:
     """A policy and every knob it has (defaults filled in). A knob of another policy is accepted
     and dropped (`PolicySpec("ar", 8)` is ar: a policy ignores the knobs it has no use for, as a
     sweep collapses the axes a policy has no use for); a name no policy knows is an error. Reading
-    a knob the policy lacks gives None (`PolicySpec("ar").budget`)."""
+    a knob the policy lacks gives None (`PolicySpec("ar").budget`). A knob's word is a spelling of
+    another policy: `PolicySpec("ecospec", lam="auto") == PolicySpec("ecospec-auto")`."""
 
     name: str
     knobs: tuple[tuple[str, Any], ...]
@@ -33,6 +34,12 @@ class PolicySpec:
                 raise TypeError(f"knob {k!r} given twice")
             given[k] = v
         policy = registry.get(name)
+        for k in policy.knobs:  # a knob's word names the policy that runs instead (`--lambda auto`)
+            target = k.policy_for(given.get(k.name))
+            if target is not None:
+                policy, name = registry.get(target), target
+                given = {n: v for n, v in given.items() if n != k.name}
+                break
         known = {k.name for k in registry.knobs()}
         unknown = sorted(set(given) - known)
         if unknown:

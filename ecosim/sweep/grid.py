@@ -93,7 +93,10 @@ def parse_axis(knob: Knob | str, text: str) -> list[Any]:
     k = registry.knob_by_key(knob) if isinstance(knob, str) else knob
     what = k.flag.lstrip("-")
     if k.type in (int, float):
-        raw: list[Any] = [k.type(x) for x in parse_range(text, what, integer=k.type is int)]
+        raw: list[Any] = []
+        for item in _items(text, what):  # a knob's word (`auto`) stands among its numbers
+            raw += [item] if k.policy_for(item) else [k.type(x) for x in parse_range(item, what, integer=k.type is int)]
+        raw = _dedupe(raw)
     else:
         raw = _dedupe(_items(text, what))
     values = []
@@ -241,10 +244,14 @@ class Grid:
         """Selections in a fixed order (the registry's, then each knob's values, knob by knob);
         the baseline and the bound always included, knobs a policy lacks collapsed."""
         out: list[Selection] = []
+        seen: set[Selection] = set()
         for name in sorted(set(self.policies) | set(registry.references()), key=registry.order_of):
             knobs = registry.get(name).knobs
             for values in itertools.product(*(self.knobs.get(k.name, []) for k in knobs)):
-                out.append(Selection(name, **{k.name: v for k, v in zip(knobs, values)}))
+                s = Selection(name, **{k.name: v for k, v in zip(knobs, values)})
+                if s not in seen:  # a knob's word (lambda auto) names one selection whatever the other knobs
+                    seen.add(s)
+                    out.append(s)
         return out
 
     def pricings(self) -> list[Pricing]:
