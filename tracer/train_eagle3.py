@@ -108,6 +108,16 @@ def agreement(head: Eagle3Head, embed, batches, ids: torch.Tensor, steps: int) -
     return [round(a / n, 4) for a in tot]
 
 
+def save_head(head: Eagle3Head, out: Path) -> None:
+    """config.json + model.safetensors under the public names (what `--draft eagle3:PATH` loads)."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(out / "model.safetensors"),
+              metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(head.cfg.to_json(), indent=2) + "\n", encoding="utf-8")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", type=Path, default=Path("models/ecosim-tiny/target"), help="target checkpoint directory")
@@ -217,18 +227,14 @@ def main(argv=None) -> int:
                 f"top-1 agreement per step {a}")
         if args.eval_every and (step + 1) % args.eval_every == 0:
             log(f"[held-out] step {step + 1}: top-1 agreement per TTT step {agreement(head, embed, held, ids, args.ttt)}")
+            save_head(head, args.out / "partial")  # a usable head if the run is stopped early
     train_s = time.time() - t0
 
     full = [(x, *features(target, layers, x)) for x in vw.split(args.batch)]
     agree = agreement(head, embed, full, ids, args.ttt)
     log(f"[eval] validation top-1 agreement per TTT step {agree}")
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    from safetensors.torch import save_file
-
-    save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(args.out / "model.safetensors"),
-              metadata={"format": "pt"})
-    (args.out / "config.json").write_text(json.dumps(cfg.to_json(), indent=2) + "\n", encoding="utf-8")
+    save_head(head, args.out)
     metrics = {
         "command": "python -m tracer.train_eagle3 " + " ".join(argv if argv is not None else sys.argv[1:]),
         "seed": args.seed, "steps": args.steps, "batch": args.batch, "seq_len": args.seq_len, "ttt": args.ttt,
