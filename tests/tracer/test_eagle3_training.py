@@ -66,3 +66,30 @@ def test_training_from_a_cache_writes_a_head_that_loads(tiny_dirs, target, tmp_p
     assert m["feature_cache"] == {"windows": 32, "dtype": "float16"} and len(m["val_top1_agreement_per_step"]) == 3
     head, _ = load_head(out, 3, target.config.hidden_size, V)
     assert head.cfg.draft_vocab_size == 64 and head.t2d.sum() == 64
+
+
+def test_training_unroll_equals_the_chained_head_at_inference(tiny_dirs, tmp_path):
+    """TTT step k at position p (`unroll`) is what the recorder's head computes for the node at depth
+    k-1 below a root at p-k+1: context keys on the target's features, then its own outputs."""
+    from tracer.pair import load_pair
+    from tracer.tiny import write_eagle3
+    from tracer.train_eagle3 import unroll
+
+    write_eagle3(tiny_dirs["qwen3_moe"] / "target", tmp_path / "e3", seed=5)
+    pair = load_pair(str(tiny_dirs["qwen3_moe"]), f"eagle3:{tmp_path / 'e3'}")
+    head, target = pair.draft.head, pair.target.model
+    x = torch.randint(3, target.config.vocab_size, (1, 14), generator=torch.Generator().manual_seed(4))
+    _, feats = features(target, head.cfg.layer_ids, x)
+    with torch.no_grad():
+        steps = unroll(head, target.get_input_embeddings()(x), feats, 4)  # [(1, T, V_d)] per step
+    for k in (1, 2, 4):
+        for p in (k + 2, 13):
+            m = p - k + 1  # the root's position
+            pair.target.reset()
+            pair.draft.reset()
+            pair.target.extend(x[0, :m])
+            got = pair.draft.extend(x[0, :m + 1])[-1]  # step 1 at the root
+            for j in range(1, k):  # a chain below the root: each node sees the root .. itself
+                got = pair.draft.forward(x[0, m + j:m + j + 1], torch.tensor([m + j]),
+                                         torch.ones(1, j + 1, dtype=torch.bool), m)[-1]
+            torch.testing.assert_close(got[head.target_ids()], steps[k - 1][0, p], rtol=1e-4, atol=1e-4)
