@@ -1,6 +1,7 @@
 """Train an EAGLE-3 head for the ecosim-tiny target on the target's own hidden states.
 
-    python -m tracer.train_eagle3 --target models/ecosim-tiny/target --out models/ecosim-tiny/eagle3 --seed 0
+    python -m tracer.train_eagle3 --target models/ecosim-tiny/target --out models/ecosim-tiny/eagle3 \
+        --cache .tmp-cache/eagle3.pt --seed 0
 
 The target is frozen. Each step reads random windows of the training corpus (`tracer.corpus`,
 tokenised with the target's tokenizer), runs the target once (its logits are the labels; its
@@ -13,6 +14,10 @@ positions <= p-k+1 (the context, as at inference) and to the step-j key at p-k+j
 restricted to the draft vocabulary, step k weighted 0.8^(k-1) (EAGLE-3's weighting). The head's
 LM head and final norm start from the target's (its rows of the draft vocabulary), so the head
 learns to produce a hidden state the target's read-out already understands.
+
+With `--cache FILE` the target runs once, over `--cache-windows` windows, before training
+(`tracer.feature_cache`: the same features and logits, from a git-ignored file), and each step then
+costs the head alone: what makes thousands of steps affordable on one CPU thread.
 
 The draft vocabulary is the `--draft-vocab` most frequent tokens of the training stream (d2t/t2d
 map it to the target's ids). One CPU thread by default and `torch.use_deterministic_algorithms`:
