@@ -1,6 +1,7 @@
 """Train an EAGLE-3 head for the ecosim-tiny target on the target's own hidden states.
 
-    python -m tracer.train_eagle3 --target models/ecosim-tiny/target --out models/ecosim-tiny/eagle3 --seed 0
+    python -m tracer.train_eagle3 --target models/ecosim-tiny/target --out models/ecosim-tiny/eagle3 \
+        --cache .tmp-cache/eagle3.pt --seed 0
 
 The target is frozen. Each step reads random windows of the training corpus (`tracer.corpus`,
 tokenised with the target's tokenizer), runs the target once (its logits are the labels; its
@@ -13,6 +14,10 @@ positions <= p-k+1 (the context, as at inference) and to the step-j key at p-k+j
 restricted to the draft vocabulary, step k weighted 0.8^(k-1) (EAGLE-3's weighting). The head's
 LM head and final norm start from the target's (its rows of the draft vocabulary), so the head
 learns to produce a hidden state the target's read-out already understands.
+
+With `--cache FILE` the target runs once, over `--cache-windows` windows, before training
+(`tracer.feature_cache`: the same features and logits, from a git-ignored file), and each step then
+costs the head alone: what makes thousands of steps affordable on one CPU thread.
 
 The draft vocabulary is the `--draft-vocab` most frequent tokens of the training stream (d2t/t2d
 map it to the target's ids). One CPU thread by default and `torch.use_deterministic_algorithms`:
@@ -30,32 +35,19 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from tracer import feature_cache
 from tracer.corpus import LICENCE, collect, split
-from tracer.drafts.eagle3 import Eagle3Config, Eagle3Head, attend
+from tracer.drafts.eagle3 import Eagle3Config, Eagle3Head
+from tracer.feature_cache import FeatureCache, features
 from tracer.routing import decoder_layers
 from tracer.train_pair import Windows, encode_stream, eval_windows, fmt_time, lr_at
 
 
-def draft_vocab(stream: torch.Tensor, vocab: int, size: int) -> torch.Tensor:
-    """The `size` most frequent target ids of `stream` (ties: lower id), ascending."""
-    counts = torch.bincount(stream, minlength=vocab)
+def draft_vocab(counts: torch.Tensor, size: int) -> torch.Tensor:
+    """The `size` most frequent target ids by `counts` (V,) (ties: lower id), ascending."""
+    vocab = len(counts)
     order = sorted(range(vocab), key=lambda i: (-int(counts[i]), i))[:size]
     return torch.tensor(sorted(order), dtype=torch.long)
-
-
-def features(target, layers, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(target logits (B, T, V), concatenated outputs of `layers` (B, T, 3H)) for windows `x`."""
-    outs: dict[int, torch.Tensor] = {}
-    mods = decoder_layers(target)
-    hooks = [mods[i].register_forward_hook(lambda m, a, o, i=i: outs.__setitem__(i, o[0] if isinstance(o, tuple) else o))
-             for i in layers]
-    try:
-        with torch.no_grad():
-            logits = target(input_ids=x, use_cache=False).logits
-    finally:
-        for h in hooks:
-            h.remove()
-    return logits, torch.cat([outs[i] for i in layers], -1)
 
 
 def shift(t: torch.Tensor, n: int) -> torch.Tensor:
@@ -108,6 +100,29 @@ def ttt_loss(head, emb, feats, t_logits, ids, steps: int) -> tuple[torch.Tensor,
     return total / wsum, acc
 
 
+def agreement(head: Eagle3Head, embed, batches, ids: torch.Tensor, steps: int) -> list[float]:
+    """Top-1 agreement with the target per TTT step over `batches` of (tokens, target logits, features)."""
+    was = head.training
+    head.eval()
+    tot, n = [0.0] * steps, 0
+    with torch.no_grad():
+        for x, t_logits, feats in batches:
+            _, acc = ttt_loss(head, embed(x), feats, t_logits, ids, steps)
+            tot, n = [a + b * len(x) for a, b in zip(tot, acc)], n + len(x)
+    head.train(was)
+    return [round(a / n, 4) for a in tot]
+
+
+def save_head(head: Eagle3Head, out: Path) -> None:
+    """config.json + model.safetensors under the public names (what `--draft eagle3:PATH` loads)."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(out / "model.safetensors"),
+              metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(head.cfg.to_json(), indent=2) + "\n", encoding="utf-8")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", type=Path, default=Path("models/ecosim-tiny/target"), help="target checkpoint directory")
@@ -127,6 +142,14 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--val-tokens", type=int, default=16384, help="validation tokens for the final agreement")
     ap.add_argument("--log-every", type=int, default=25, help="print every N steps")
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="feature cache file (git-ignored scratch, e.g. .tmp-cache/eagle3.pt): built on first use, then "
+                         "training reads it and never runs the target or reads the corpus (tracer/feature_cache.py)")
+    ap.add_argument("--cache-windows", type=int, default=4096, help="windows of --seq-len tokens the cache holds")
+    ap.add_argument("--cache-dtype", choices=["float16", "float32"], default="float16", help="dtype of the cached features")
+    ap.add_argument("--eval-every", type=int, default=0,
+                    help="every N steps, print the top-1 agreement per TTT step on held-out validation text (0: never)")
+    ap.add_argument("--eval-tokens", type=int, default=4096, help="held-out tokens of the periodic evaluation")
     args = ap.parse_args(argv)
 
     t0 = time.time()
@@ -140,18 +163,28 @@ def main(argv=None) -> int:
     target = AutoModelForCausalLM.from_pretrained(args.target, dtype=torch.float32, use_safetensors=True).eval()
     for p in target.parameters():
         p.requires_grad_(False)
-    tok = AutoTokenizer.from_pretrained(args.target)
-    train_docs, val_docs = split(collect())
-    train = encode_stream(tok.backend_tokenizer, [d.text for d in train_docs])
-    val = encode_stream(tok.backend_tokenizer, [d.text for d in val_docs])
     V = int(target.config.vocab_size)
-    ids = draft_vocab(train, V, args.draft_vocab)
-    coverage = float(torch.isin(train, ids).float().mean())
-    print(f"[data] train {len(train):,} tokens, val {len(val):,}; draft vocab {len(ids)} covers {coverage:.4f} "
-          f"of training tokens | {fmt_time(time.time() - t0)}", flush=True)
+    layers = [int(i) for i in args.layers.split(",")]
+    log = lambda m: print(f"{m} | {fmt_time(time.time() - t0)}", flush=True)  # noqa: E731
+    if args.cache is None or not args.cache.is_file():
+        tok = AutoTokenizer.from_pretrained(args.target)
+        train_docs, val_docs = split(collect())
+        train = encode_stream(tok.backend_tokenizer, [d.text for d in train_docs])
+        val = encode_stream(tok.backend_tokenizer, [d.text for d in val_docs])
+        counts = torch.bincount(train, minlength=V)
+        if args.cache is not None:
+            feature_cache.build(target, layers, train, args.cache_windows, args.seq_len, args.seed + 2, args.cache,
+                                getattr(torch, args.cache_dtype), extra={"counts": counts, "val": val}, log=log)
+            log(f"[cache] wrote {args.cache} ({args.cache.stat().st_size / 1e9:.2f} GB)")
+    cache = FeatureCache(args.cache, target, layers) if args.cache is not None else None
+    if cache is not None:
+        counts, val = cache.extra["counts"], cache.extra["val"]
+    ids = draft_vocab(counts, args.draft_vocab)
+    coverage = float(counts[ids].sum() / counts.sum())
+    log(f"[data] train {int(counts.sum()):,} tokens{f' ({len(cache) * args.seq_len:,} cached)' if cache else ''}, "
+        f"val {len(val):,}; draft vocab {len(ids)} covers {coverage:.4f} of training tokens")
 
     tc = target.config
-    layers = [int(i) for i in args.layers.split(",")]
     cfg = Eagle3Config(
         hidden_size=tc.hidden_size, target_hidden_size=tc.hidden_size, intermediate_size=args.intermediate,
         num_attention_heads=tc.num_attention_heads, num_key_value_heads=tc.num_key_value_heads,
@@ -171,13 +204,19 @@ def main(argv=None) -> int:
     print(f"[head] {n_params:,} params, layers {layers}, TTT {args.ttt} | {fmt_time(time.time() - t0)}", flush=True)
     embed = target.get_input_embeddings()
     opt = torch.optim.AdamW(head.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    windows = Windows(train, args.seq_len - 1, args.batch, args.seed + 1)  # seq_len tokens a window
+    windows = Windows(train, args.seq_len - 1, args.batch, args.seed + 1) if cache is None else None  # seq_len tokens
+    pick = torch.Generator().manual_seed(args.seed + 1)
+    vw = eval_windows(val, args.seq_len - 1, args.val_tokens)
+    held = [(x, *features(target, layers, x)) for x in vw[:max(1, args.eval_tokens // args.seq_len)].split(args.batch)]
     losses, accs = [], []
     for step in range(args.steps):
         for gr in opt.param_groups:
             gr["lr"] = lr_at(step, args.steps, args.lr, args.warmup)
-        x = windows.next()
-        t_logits, feats = features(target, layers, x)
+        if cache is None:
+            x = windows.next()
+            t_logits, feats = features(target, layers, x)
+        else:
+            x, t_logits, feats = cache.batch(torch.randint(0, len(cache), (args.batch,), generator=pick))
         with torch.no_grad():
             emb = embed(x)
         loss, acc = ttt_loss(head, emb, feats, t_logits, ids, args.ttt)
@@ -189,28 +228,18 @@ def main(argv=None) -> int:
         accs.append(acc)
         if (step + 1) % args.log_every == 0 or step == 0:
             a = [round(sum(v[k] for v in accs[-args.log_every:]) / len(accs[-args.log_every:]), 3) for k in range(args.ttt)]
-            print(f"[train] step {step + 1}/{args.steps} loss {sum(losses[-args.log_every:]) / len(losses[-args.log_every:]):.4f} "
-                  f"top-1 agreement per step {a} | {fmt_time(time.time() - t0)}", flush=True)
+            log(f"[train] step {step + 1}/{args.steps} loss {sum(losses[-args.log_every:]) / len(losses[-args.log_every:]):.4f} "
+                f"top-1 agreement per step {a}")
+        if args.eval_every and (step + 1) % args.eval_every == 0:
+            log(f"[held-out] step {step + 1}: top-1 agreement per TTT step {agreement(head, embed, held, ids, args.ttt)}")
+            save_head(head, args.out / "partial")  # a usable head if the run is stopped early
     train_s = time.time() - t0
 
-    head.eval()
-    vw = eval_windows(val, args.seq_len - 1, args.val_tokens)
-    agree = [0.0] * args.ttt
-    with torch.no_grad():
-        for i in range(0, len(vw), args.batch):
-            x = vw[i:i + args.batch]
-            t_logits, feats = features(target, layers, x)
-            _, acc = ttt_loss(head, embed(x), feats, t_logits, ids, args.ttt)
-            agree = [a + b * len(x) for a, b in zip(agree, acc)]
-    agree = [round(a / len(vw), 4) for a in agree]
-    print(f"[eval] validation top-1 agreement per TTT step {agree} | {fmt_time(time.time() - t0)}", flush=True)
+    full = [(x, *features(target, layers, x)) for x in vw.split(args.batch)]
+    agree = agreement(head, embed, full, ids, args.ttt)
+    log(f"[eval] validation top-1 agreement per TTT step {agree}")
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    from safetensors.torch import save_file
-
-    save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(args.out / "model.safetensors"),
-              metadata={"format": "pt"})
-    (args.out / "config.json").write_text(json.dumps(cfg.to_json(), indent=2) + "\n", encoding="utf-8")
+    save_head(head, args.out)
     metrics = {
         "command": "python -m tracer.train_eagle3 " + " ".join(argv if argv is not None else sys.argv[1:]),
         "seed": args.seed, "steps": args.steps, "batch": args.batch, "seq_len": args.seq_len, "ttt": args.ttt,
@@ -220,6 +249,7 @@ def main(argv=None) -> int:
         "final_train_loss_last50": round(sum(losses[-50:]) / len(losses[-50:]), 4),
         "val_top1_agreement_per_step": agree, "val_tokens": int(vw[:, :].numel()),
         "wall_s": round(time.time() - t0, 1), "train_wall_s": round(train_s, 1),
+        "feature_cache": None if cache is None else {"windows": len(cache), "dtype": args.cache_dtype},
         "torch": torch.__version__, "licence_of_training_text": LICENCE,
     }
     (args.out / "train_metrics.json").write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")

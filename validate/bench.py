@@ -9,22 +9,41 @@ the routers, as an early-exit view does) is never forced.
 
 The bench keeps its own KV caches (a `CachedLM` per model and context length, over the pair's
 weights), so its contexts survive the decoder's use of the pair's caches: `validate run` can
-interleave calibration runs with decoding rounds without prefilling again.
+interleave calibration runs with decoding rounds without prefilling again. A head draft (EAGLE-3,
+MTP) gets its own cache bound to the bench's target cache, whose features it reads; before a timed
+draft phase the target runs (untimed) over the accepted tokens the head is fed, as decoding's
+verification would have.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
 import torch
 
 from ecosim.policies import PolicySpec
+from tracer.drafts.heads import HeadLM
 from tracer.pair import Pair
 from tracer.runner import CachedLM
 from tracer.tree import Tree
 from validate.decode import draft_tree, keep_path, verify_subtree
 from validate.live import Prev, Selector
+
+
+def fork(pair: Pair) -> tuple[CachedLM, Any]:
+    """Fresh caches over the pair's weights: the target's (keeping the feature tap a head draft reads)
+    and the draft's; a head draft (EAGLE-3, MTP) is re-bound to the new target, whose features it reads."""
+    target = CachedLM(pair.target.model, pair.target.windows)
+    target.tap = pair.target.tap
+    if isinstance(pair.draft, HeadLM):
+        draft = copy.copy(pair.draft)
+        draft.target = target
+        draft.reset()
+    else:
+        draft = CachedLM(pair.draft.model, pair.draft.windows)
+    return target, draft
 
 
 class ModelBench:
@@ -81,10 +100,8 @@ class ModelBench:
                 ids = torch.tensor(self.text[offset : offset + tokens], dtype=torch.long)
             else:
                 offset, ids = -1, self._tokens(tokens)
-            p = self.pair
-            target = CachedLM(p.target.model, p.target.windows)
-            draft = CachedLM(p.draft.model, p.draft.windows)
-            target.extend(ids)
+            target, draft = fork(self.pair)
+            target.extend(ids)  # first: a head draft reads the target's features of the context
             draft.extend(ids)
             self._contexts[tokens] = (target, draft, offset)
         self.target, self.draft, self.offset = self._contexts[tokens]
@@ -129,6 +146,8 @@ class ModelBench:
         else:
             self.pending = self._tokens(accepted).tolist()
             self.root = int(self._tokens(1)[0])
+        if isinstance(self.draft, HeadLM) and self.pending:  # a head drafts from the target's features of
+            self.target.extend(torch.tensor(self.pending, dtype=torch.long))  # the accepted tokens (untimed)
         s = self.shape
         self.prev = Prev(int(self._tokens(1)[0]), self.rng.integers(0, s.num_experts, s.num_moe_layers * s.top_k).astype(np.int16))
         self.manifest = self.selector.manifest(0, [1])
@@ -139,3 +158,4 @@ class ModelBench:
 
     def after_draft(self) -> None:
         self.draft.keep(self.ctx)
+        self.target.keep(self.ctx)
