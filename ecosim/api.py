@@ -141,7 +141,8 @@ def unions(traces: Paths, policy: str | PolicySpec | Sequence[str | PolicySpec],
             tokens = float(r.trees.selected_count(r.selection(spec)).mean())
             rows.append({"trace": t.name, **spec.columns(), "label": spec.label(full=True), "tokens": tokens,
                          "experts_per_layer": float(r.unions_everywhere(spec).mean())})
-    schema = {"trace": pl.String(), **{k: v for k, v in _schema().items() if k not in RAW_SCHEMA and k not in DERIVED_SCHEMA},
+    spec_columns = {k: v for k, v in _schema().items() if k not in RAW_SCHEMA and k not in DERIVED_SCHEMA}
+    schema = {"trace": pl.String(), **spec_columns,
               "tokens": pl.Float64(), "experts_per_layer": pl.Float64()}
     return pl.DataFrame(rows, schema=schema)
 
@@ -158,7 +159,8 @@ def synthetic(model: str | ModelShape, *, preset: bool = True, routing: Routing 
     cfg = calibrated(shape, **knobs) if preset else SynthConfig(**knobs)
     with tempfile.TemporaryDirectory(prefix="ecosim-synth-") as tmp:  # read_trace keeps the trace in memory
         path = Path(tmp) / (name or shape.name)
-        return read_trace(write_hybrid(path, shape, cfg, routing) if routing is not None else write_synthetic(path, shape, cfg))
+        written = write_hybrid(path, shape, cfg, routing) if routing is not None else write_synthetic(path, shape, cfg)
+        return read_trace(written)
 
 
 def routing_stats(data: Routing | Trace, *, trees: bool = True, **options: Any) -> dict[str, Any]:

@@ -58,7 +58,8 @@ doc = ecosim.compare_predictors(real, budget=budget, lambdas=lambdas, hardware="
 lams = doc["lambdas"]
 synth = ecosim.synthetic("deepseek-v3.1", name="deepseek-v3.1-synthetic", requests=synthetic_requests,
                          positions=synthetic_positions, seed=0)
-sdoc = ecosim.compare_predictors([synth], budget=budget, lambdas=[0.0], placements=[], folds=synthetic_folds, replay=False)
+sdoc = ecosim.compare_predictors([synth], budget=budget, lambdas=[0.0], placements=[], folds=synthetic_folds,
+                                 replay=False)
 both = {**doc, "groups": doc["groups"] + sdoc["groups"]}
 for table in ecosim.predictor_tables(both):
     print(table, end="\n\n")

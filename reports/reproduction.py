@@ -26,7 +26,8 @@ from reports._common import real_or_all, save
 
 real, data = real_or_all(traces)
 lams = [0.1, 0.25, 0.5, 1.0, 2.0]
-specs = [ecosim.PolicySpec("ar"), ecosim.PolicySpec("confidence", 16)] + [ecosim.PolicySpec("ecospec", 16, l, "oracle") for l in lams]
+specs = [ecosim.PolicySpec("ar"), ecosim.PolicySpec("confidence", 16)]
+specs += [ecosim.PolicySpec("ecospec", 16, l, "oracle") for l in lams]
 pooled = ecosim.replay(real, specs, "h200", "ep:8", total=True).filter(pl.col("trace") == "total").to_dicts()
 ar, conf, eco = pooled[0], pooled[1], dict(zip(lams, pooled[2:]))  # totals over the traces
 best_l = min(eco, key=lambda l: eco[l]["time_per_token_s"])
