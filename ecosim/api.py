@@ -142,8 +142,7 @@ def unions(traces: Paths, policy: str | PolicySpec | Sequence[str | PolicySpec],
             rows.append({"trace": t.name, **spec.columns(), "label": spec.label(full=True), "tokens": tokens,
                          "experts_per_layer": float(r.unions_everywhere(spec).mean())})
     spec_columns = {k: v for k, v in _schema().items() if k not in RAW_SCHEMA and k not in DERIVED_SCHEMA}
-    schema = {"trace": pl.String(), **spec_columns,
-              "tokens": pl.Float64(), "experts_per_layer": pl.Float64()}
+    schema = {"trace": pl.String(), **spec_columns, "tokens": pl.Float64(), "experts_per_layer": pl.Float64()}
     return pl.DataFrame(rows, schema=schema)
 
 
