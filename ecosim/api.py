@@ -33,14 +33,20 @@ from ecosim.catalog.devices import DEVICES, Device, get_device
 from ecosim.catalog.models import ModelShape, get_model
 from ecosim.cost import CostConfig, CostModel
 from ecosim.errors import EcoSimError
+from ecosim.hybrid import write_hybrid
 from ecosim.metrics import Row
 from ecosim.placements import Placement, parse_placement
 from ecosim.policies import PolicySpec, registry
 from ecosim.replay import TraceReplay
+from ecosim.routing import stats as routing_statistics
+from ecosim.routing.data import Routing, trace_continuation
+from ecosim.routing.scale import RoutingShape
+from ecosim.routing.scale import scale_distinct as _scale_distinct
 from ecosim.simulate import compare
 from ecosim.sweep import grid as g
 from ecosim.sweep.results import DERIVED_SCHEMA, DTYPES, RAW_SCHEMA
 from ecosim.sweep.runner import run_sweep
+from ecosim.synth import SynthConfig, calibrated, write_synthetic
 from ecosim.trace.io import Trace, find_traces, read_trace
 from ecosim.units import parse_quantity
 
@@ -122,14 +128,54 @@ def step_times(model: str | ModelShape, hardware: str | Device, experts: np.ndar
     return c.step_times(np.asarray(experts), np.asarray(tokens), np.asarray(context), speculative)
 
 
-def unions(traces: Paths, policy: str | PolicySpec, **knobs: Any) -> pl.DataFrame:
-    """Per trace, the mean over every position and MoE layer of the distinct experts the policy's
-    tree would read there (whether or not a replay visits the position): columns trace,
-    experts_per_layer."""
-    spec = _specs(policy, knobs)[0]
-    found = _traces(traces)
-    means = [float(TraceReplay(t).unions_everywhere(spec).mean()) for t in found]
-    return pl.DataFrame({"trace": [t.name for t in found], "experts_per_layer": means})
+def unions(traces: Paths, policy: str | PolicySpec | Sequence[str | PolicySpec], **knobs: Any) -> pl.DataFrame:
+    """Per trace and policy, means over every position (whether or not a replay visits it) of what
+    the policy's tree would verify there: `tokens` (tree size, root included) and
+    `experts_per_layer` (distinct experts it reads, also over MoE layers). Columns: trace, policy,
+    each knob, label, tokens, experts_per_layer; rows trace by trace, policies in the order given."""
+    specs = _specs(policy, knobs)
+    rows = []
+    for t in _traces(traces):
+        r = TraceReplay(t)  # one per trace: its trees and pick orders serve every policy
+        for spec in specs:
+            tokens = float(r.trees.selected_count(r.selection(spec)).mean())
+            rows.append({"trace": t.name, **spec.columns(), "label": spec.label(full=True), "tokens": tokens,
+                         "experts_per_layer": float(r.unions_everywhere(spec).mean())})
+    spec_columns = {k: v for k, v in _schema().items() if k not in RAW_SCHEMA and k not in DERIVED_SCHEMA}
+    schema = {"trace": pl.String(), **spec_columns, "tokens": pl.Float64(), "experts_per_layer": pl.Float64()}
+    return pl.DataFrame(rows, schema=schema)
+
+
+def synthetic(model: str | ModelShape, *, preset: bool = True, routing: Routing | None = None, name: str | None = None,
+              **knobs: Any) -> Trace:
+    """A synthetic trace of a catalogue shape (synth.py), generated in a temporary folder and read
+    into memory. `preset`: routed by the shape's calibrated preset (`synth.calibrated`), else by
+    SynthConfig's uncalibrated defaults; with `routing` (real routing, `import_routing`) a hybrid
+    trace: the real continuation with generated draft trees (hybrid.py). `knobs`: SynthConfig's
+    fields (requests, positions, max_nodes, depth, seed, ...); `name`: the trace's (default: the
+    model's). An illustration, not a measurement."""
+    shape = get_model(model) if isinstance(model, str) else model
+    cfg = calibrated(shape, **knobs) if preset else SynthConfig(**knobs)
+    with tempfile.TemporaryDirectory(prefix="ecosim-synth-") as tmp:  # read_trace keeps the trace in memory
+        path = Path(tmp) / (name or shape.name)
+        written = write_hybrid(path, shape, cfg, routing) if routing is not None else write_synthetic(path, shape, cfg)
+        return read_trace(written)
+
+
+def routing_stats(data: Routing | Trace, *, trees: bool = True, **options: Any) -> dict[str, Any]:
+    """`ecosim inspect --routing`'s statistics (routing/stats.py) of real routing (`import_routing`)
+    or of a trace's continuation (the tokens it accepted), with its draft trees' sibling and
+    parent-child overlap unless `trees=False`. `options`: name, fraction, seed of stats.routing_stats."""
+    if isinstance(data, Trace):
+        return routing_statistics.routing_stats(trace_continuation(data), data if trees else None, **options)
+    return routing_statistics.routing_stats(data, **options)
+
+
+def scale_distinct(distinct: float, base: str | ModelShape, to: str | ModelShape) -> float:
+    """A point of the window curve (distinct experts per layer in n tokens) of model `base` carried
+    to model `to`'s shape, keeping its effective tokens (routing/scale.py: how presets are scaled)."""
+    shapes = [RoutingShape.of(get_model(m) if isinstance(m, str) else m) for m in (base, to)]
+    return _scale_distinct(distinct, *shapes)
 
 
 def _axis(name: str, values: Any) -> list[Any]:
@@ -170,7 +216,6 @@ def sweep(traces: str | Path | Iterable[str | Path], policy: str | Sequence[str]
         return run_sweep(grid, paths, Path(out), jobs=jobs).results
     with tempfile.TemporaryDirectory(prefix="ecosim-sweep-") as tmp:
         return run_sweep(grid, paths, Path(tmp), jobs=jobs).results
-
 
 
 def compare_predictors(traces: Paths, predictors: str | Sequence[str] = pc.PREDICTORS, *, budget: int = 16,

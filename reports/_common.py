@@ -6,7 +6,8 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt  # the kernel's inline backend embeds each figure in the HTML
 
-from ecosim.trace.io import Trace, find_traces, read_trace
+import ecosim
+from ecosim import Trace
 
 plt.rcParams.update({"figure.dpi": 110, "axes.grid": True, "grid.alpha": 0.3, "figure.figsize": (7.5, 4.5)})
 
@@ -20,7 +21,7 @@ def save(fig, out: str | Path, name: str) -> Path:
 
 
 def load_traces(root: str | Path) -> list[Trace]:
-    return [read_trace(p) for p in find_traces([str(root)])]
+    return [ecosim.read_trace(p) for p in ecosim.find_traces([str(root)])]
 
 
 def real_or_all(root: str | Path) -> tuple[list[Trace], str]:

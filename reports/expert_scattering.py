@@ -7,7 +7,7 @@
 #
 # Left: the **real** traces committed under `traces/` (recorded from the trained tiny pair), one line
 # per task kind. Right: the catalogue's model shapes, **synthetic** traces routed by each shape's
-# calibrated preset (`ecosim.synth.calibrated`: gpt-oss-20b's fit to real routing, the other shapes
+# calibrated preset (`ecosim.synthetic`, synth.py: gpt-oss-20b's fit to real routing, the other shapes
 # the same fit scaled by shape, ecosim/routing/scale.py), and where real gpt-oss-20b routing is at
 # hand a **hybrid** gpt-oss-20b trace (the real continuation, generated draft trees). Synthetic and
 # hybrid traces illustrate the model; they are not measurements. Each line is the mean over
@@ -25,35 +25,19 @@ validation = ""
 routing = ""
 
 # %%
-import tempfile
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ecosim.catalog.models import get_model
-from ecosim.hybrid import write_hybrid
-from ecosim.policies import PolicySpec
-from ecosim.replay import TraceReplay
-from ecosim.routing.data import is_routing_dir, read_routing, trace_continuation
-from ecosim.routing.importers import import_routing
-from ecosim.routing.scale import RoutingShape, scale_distinct
-from ecosim.routing.stats import routing_stats
-from ecosim.synth import SynthConfig, calibrated, write_synthetic
-from ecosim.trace.io import read_trace
+import ecosim
 from reports._common import kind, load_traces, save, task_of
 
 BUDGETS = [0, 1, 2, 4, 8, 16, 24, 32, 48]
 
 
 def scattering(trace, budgets=BUDGETS):
-    r = TraceReplay(trace)
-    sizes = r.trees.selected_count
-    rows = []
-    for b in budgets:
-        sel = r.selection(PolicySpec("confidence", b))
-        rows.append((float(sizes(sel).mean()), float(r.unions_everywhere(PolicySpec("confidence", b)).mean())))
-    return np.array(rows)
+    """(budgets, 2): mean tree size and mean distinct experts per layer of confidence at each budget."""
+    df = ecosim.unions(trace, [ecosim.PolicySpec("confidence", b) for b in budgets])
+    return df.select("tokens", "experts_per_layer").to_numpy()
 
 
 real = [t for t in load_traces(traces) if not t.synthetic]
@@ -64,19 +48,15 @@ shapes = ["deepseek-v3.1", "qwen3-235b-a22b", "gpt-oss-120b", "gpt-oss-20b", "ol
 TREE = dict(max_nodes=48, depth=7, seed=1)
 real_routing = None
 if routing:
-    p = Path(routing)
-    real_routing = read_routing(p) if is_routing_dir(p) else import_routing(p)
+    real_routing = ecosim.import_routing(routing)  # an ecosim routing set or any importable source
     print(f"real routing: {real_routing.model}, {len(real_routing.seq_len)} sequences, {real_routing.n_tokens} tokens ({routing})")
 else:
     print("no real routing given (ecosim report --routing DIR): the hybrid trace and the real rows are left out")
-with tempfile.TemporaryDirectory() as tmp:  # read_trace keeps the whole trace in memory: the files can go
-    synthetic = {s: read_trace(write_synthetic(Path(tmp) / s, get_model(s), calibrated(s, requests=2, positions=96, **TREE)))
-                 for s in shapes}
-    g20 = get_model("gpt-oss-20b")
-    hybrid = (read_trace(write_hybrid(Path(tmp) / "hybrid", g20, calibrated(g20, requests=8, positions=128, **TREE), real_routing))
-              if real_routing is not None else None)
-    big = {"synthetic, calibrated": read_trace(write_synthetic(Path(tmp) / "s20", g20, calibrated(g20, requests=8, positions=128, **TREE))),
-           "synthetic, uncalibrated knobs": read_trace(write_synthetic(Path(tmp) / "u20", g20, SynthConfig(requests=8, positions=128, **TREE)))}
+synthetic = {s: ecosim.synthetic(s, requests=2, positions=96, **TREE) for s in shapes}
+hybrid = (ecosim.synthetic("gpt-oss-20b", routing=real_routing, requests=8, positions=128, **TREE)
+          if real_routing is not None else None)
+big = {"synthetic, calibrated": ecosim.synthetic("gpt-oss-20b", requests=8, positions=128, **TREE),
+       "synthetic, uncalibrated knobs": ecosim.synthetic("gpt-oss-20b", preset=False, requests=8, positions=128, **TREE)}
 
 fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.8))
 for t in real:
@@ -128,13 +108,13 @@ for t in real:
 # %%
 rows = []
 if real_routing is not None:
-    rows.append((f"real: {real_routing.model}, all {len(real_routing.seq_len)} answers", routing_stats(real_routing)))
+    rows.append((f"real: {real_routing.model}, all {len(real_routing.seq_len)} answers", ecosim.routing_stats(real_routing)))
 if hybrid is not None:
-    rows.append(("hybrid: gpt-oss-20b, first 8 answers", routing_stats(trace_continuation(hybrid), hybrid)))
+    rows.append(("hybrid: gpt-oss-20b, first 8 answers", ecosim.routing_stats(hybrid)))
 for label, t in big.items():
-    rows.append((f"{label}: gpt-oss-20b", routing_stats(trace_continuation(t), t)))
+    rows.append((f"{label}: gpt-oss-20b", ecosim.routing_stats(t)))
 for t in real:
-    rows.append((f"real: {t.name} ({t.model.name})", routing_stats(trace_continuation(t), t)))
+    rows.append((f"real: {t.name} ({t.model.name})", ecosim.routing_stats(t)))
 
 
 def f(x, nd=2):
@@ -169,15 +149,13 @@ a.set_xlabel("window of n consecutive tokens")
 a.set_ylabel("distinct experts per layer (mean)")
 a.set_title("gpt-oss-20b: real, hybrid, synthetic")
 a.legend(fontsize=7)
-base = RoutingShape(32, 4)
 real_curve = ([rows[0][1]["overall"]["window_distinct"][str(i)] for i in n] if real_routing is not None else None)
 for name, t in synthetic.items():
-    st = routing_stats(trace_continuation(t))
+    st = ecosim.routing_stats(t, trees=False)
     k = t.model.top_k
     line, = b.plot(n, [(st["overall"]["window_distinct"][str(i)] or np.nan) / k for i in n], label=f"{name} ({t.model.num_experts} x top-{k})")
     if real_curve is not None:
-        to = RoutingShape.of(t.model)
-        b.plot(n, [scale_distinct(d, base, to) / k for d in real_curve], ls="--", color=line.get_color())
+        b.plot(n, [ecosim.scale_distinct(d, "gpt-oss-20b", t.model) / k for d in real_curve], ls="--", color=line.get_color())
 b.set_xscale("log", base=2)
 b.set_xlabel("window of n consecutive tokens")
 b.set_ylabel("distinct experts per layer / top-k")

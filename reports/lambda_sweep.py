@@ -21,7 +21,6 @@ import numpy as np
 import polars as pl
 
 import ecosim
-from ecosim.policies import PolicySpec
 from reports._common import kind, real_or_all, save
 
 real, data = real_or_all(traces)
@@ -38,8 +37,9 @@ def run(specs, hw, bw, placement):
 
 fig, axes = plt.subplots(2, len(settings), figsize=(4.2 * len(settings), 7), sharex=True)
 for j, (hw, bw, placement) in enumerate(settings):
-    ar, conf, orc, *eco = run([PolicySpec("ar"), PolicySpec("confidence", budget), PolicySpec("oracle")]
-                              + [PolicySpec("ecospec", budget, float(l), "oracle") for l in lambdas], hw, bw, placement)
+    specs = [ecosim.PolicySpec("ar"), ecosim.PolicySpec("confidence", budget), ecosim.PolicySpec("oracle")]
+    specs += [ecosim.PolicySpec("ecospec", budget, float(l), "oracle") for l in lambdas]
+    ar, conf, orc, *eco = run(specs, hw, bw, placement)
     sp = [ar["time_per_token_s"] / e["time_per_token_s"] for e in eco]
     top, bottom = axes[0, j], axes[1, j]
     top.plot(lambdas, sp, marker=".", label="ecospec (oracle predictor)")

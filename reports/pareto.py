@@ -17,13 +17,12 @@ import numpy as np
 import polars as pl
 
 import ecosim
-from ecosim.policies import PolicySpec
 from reports._common import real_or_all, save
 
 real, label = real_or_all(traces)
-specs = [PolicySpec("ar")]
-specs += [PolicySpec("confidence", b) for b in (2, 4, 8, 16, 32)]
-specs += [PolicySpec("ecospec", b, float(l), "oracle") for b in (4, 8, 16, 32) for l in (0.1, 0.25, 0.5, 1.0, 2.0)]
+specs = [ecosim.PolicySpec("ar")]
+specs += [ecosim.PolicySpec("confidence", b) for b in (2, 4, 8, 16, 32)]
+specs += [ecosim.PolicySpec("ecospec", b, float(l), "oracle") for b in (4, 8, 16, 32) for l in (0.1, 0.25, 0.5, 1.0, 2.0)]
 pooled = ecosim.replay(real, specs, "h200", "hbm", total=True).filter(pl.col("trace") == "total")  # totals over the traces
 points = [(s, row["experts_per_step"], row["time_per_token_s"] * 1e3) for s, row in zip(specs, pooled.to_dicts())]
 

@@ -43,15 +43,12 @@ import os
 # busy 2-core machine (6x the CPU time measured here). Effective only before numpy loads.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import tempfile
 import time
 
 import matplotlib.pyplot as plt
 import numpy as np
 
 import ecosim
-from ecosim.synth import calibrated, write_synthetic
-from ecosim.trace import read_trace
 from reports._common import kind, real_or_all, save
 
 t0 = time.time()
@@ -59,11 +56,10 @@ real, data = real_or_all(traces)
 print("replayed:", ", ".join(f"{t.name} ({kind(t)})" for t in real))
 doc = ecosim.compare_predictors(real, budget=budget, lambdas=lambdas, hardware="h200", placements=placements)
 lams = doc["lambdas"]
-with tempfile.TemporaryDirectory() as tmp:
-    cfg = calibrated("deepseek-v3.1", requests=synthetic_requests, positions=synthetic_positions, seed=0)
-    synth = read_trace(write_synthetic(f"{tmp}/deepseek-v3.1-synthetic", ecosim.model_shape("deepseek-v3.1"), cfg))
-    sdoc = ecosim.compare_predictors([synth], budget=budget, lambdas=[0.0], placements=[], folds=synthetic_folds,
-                                     replay=False)
+synth = ecosim.synthetic("deepseek-v3.1", name="deepseek-v3.1-synthetic", requests=synthetic_requests,
+                         positions=synthetic_positions, seed=0)
+sdoc = ecosim.compare_predictors([synth], budget=budget, lambdas=[0.0], placements=[], folds=synthetic_folds,
+                                 replay=False)
 both = {**doc, "groups": doc["groups"] + sdoc["groups"]}
 for table in ecosim.predictor_tables(both):
     print(table, end="\n\n")

@@ -22,18 +22,18 @@ import numpy as np
 import polars as pl
 
 import ecosim
-from ecosim.policies import PolicySpec
 from reports._common import real_or_all, save
 
 real, data = real_or_all(traces)
 lams = [0.1, 0.25, 0.5, 1.0, 2.0]
-specs = [PolicySpec("ar"), PolicySpec("confidence", 16)] + [PolicySpec("ecospec", 16, l, "oracle") for l in lams]
+specs = [ecosim.PolicySpec("ar"), ecosim.PolicySpec("confidence", 16)]
+specs += [ecosim.PolicySpec("ecospec", 16, l, "oracle") for l in lams]
 pooled = ecosim.replay(real, specs, "h200", "ep:8", total=True).filter(pl.col("trace") == "total").to_dicts()
 ar, conf, eco = pooled[0], pooled[1], dict(zip(lams, pooled[2:]))  # totals over the traces
 best_l = min(eco, key=lambda l: eco[l]["time_per_token_s"])
 best = eco[best_l]
-u0 = np.mean(ecosim.unions(real, PolicySpec("confidence", 0))["experts_per_layer"].to_list())
-u16 = np.mean(ecosim.unions(real, PolicySpec("confidence", 16))["experts_per_layer"].to_list())
+u0 = np.mean(ecosim.unions(real, ecosim.PolicySpec("confidence", 0))["experts_per_layer"].to_list())
+u16 = np.mean(ecosim.unions(real, ecosim.PolicySpec("confidence", 16))["experts_per_layer"].to_list())
 t_lo, t_hi = ecosim.step_times("deepseek-v3.1", "h200", np.array([[8] * 58, [64] * 58]), np.array([16, 16]),
                                np.array([1024, 1024]))
 

@@ -97,9 +97,64 @@ def test_step_times_is_the_cost_model_by_hand_under_experts_only():
 def test_unions_grow_with_the_budget_and_one_token_reads_top_k(write):
     t = write(tiny_trace(8))
     root = ecosim.unions(t, "confidence", budget=0)
-    tree = ecosim.unions(t, ecosim.policies.PolicySpec("confidence", 8))
-    assert root.columns == ["trace", "experts_per_layer"] and root.height == 1
+    tree = ecosim.unions(t, ecosim.PolicySpec("confidence", 8))
+    assert root.columns[0] == "trace" and root.columns[-2:] == ["tokens", "experts_per_layer"] and root.height == 1
     assert tree["experts_per_layer"][0] > root["experts_per_layer"][0]
+    assert root["tokens"][0] == 1.0 and 1.0 < tree["tokens"][0] <= 9.0  # the root alone; at most budget + root
+
+
+def test_unions_of_several_policies_are_the_single_calls_in_order(write):
+    t = write(tiny_trace(8))
+    specs = [ecosim.PolicySpec("confidence", b) for b in (0, 2, 8)]
+    both = ecosim.unions(t, specs)
+    assert both["budget"].to_list() == [0, 2, 8]
+    for i, spec in enumerate(specs):
+        one = ecosim.unions(t, spec)
+        assert both.row(i) == one.row(0)
+
+
+def test_synthetic_is_write_synthetic_read_back(tmp_path):
+    from ecosim.synth import SynthConfig, calibrated, write_synthetic
+
+    knobs = dict(requests=1, positions=24, max_nodes=8, depth=3, seed=1)
+    for preset, cfg in ((True, calibrated("olmoe-1b-7b", **knobs)), (False, SynthConfig(**knobs))):
+        t = ecosim.synthetic("olmoe-1b-7b", preset=preset, name="x", **knobs)
+        ref = ecosim.read_trace(write_synthetic(tmp_path / f"x{preset}", ecosim.model_shape("olmoe-1b-7b"), cfg))
+        assert t.name == "x" and t.provenance == "synthetic"
+        assert np.array_equal(t.experts_3d(), ref.experts_3d())
+
+
+def test_synthetic_with_routing_is_a_hybrid_trace():
+    from ecosim.routing.data import trace_continuation
+
+    real = trace_continuation(ecosim.synthetic("olmoe-1b-7b", requests=2, positions=32, max_nodes=8, depth=3, seed=1))
+    h = ecosim.synthetic("olmoe-1b-7b", routing=real, requests=2, positions=16, max_nodes=8, depth=3, seed=1)
+    assert h.provenance == "hybrid"
+
+
+def test_routing_stats_of_a_trace_are_its_continuations(write):
+    from ecosim.routing import stats
+    from ecosim.routing.data import trace_continuation
+
+    t = ecosim.synthetic("olmoe-1b-7b", requests=2, positions=32, max_nodes=8, depth=3, seed=1)
+    assert ecosim.routing_stats(t) == stats.routing_stats(trace_continuation(t), t)
+    assert ecosim.routing_stats(t, trees=False) == stats.routing_stats(trace_continuation(t))
+    assert ecosim.routing_stats(trace_continuation(t)) == stats.routing_stats(trace_continuation(t))
+
+
+def test_scale_distinct_keeps_effective_tokens():
+    g20, ds = ecosim.model_shape("gpt-oss-20b"), ecosim.model_shape("deepseek-v3.1")
+    assert ecosim.scale_distinct(4.0, "gpt-oss-20b", ds) == pytest.approx(ds.top_k)  # one token: top-k anywhere
+    assert ecosim.scale_distinct(7.5, g20, "gpt-oss-20b") == 7.5  # same shape: unchanged
+    assert ecosim.scale_distinct(12.0, g20, ds) > ecosim.scale_distinct(8.0, g20, ds)
+
+
+def test_the_package_re_exports_the_public_types():
+    from ecosim.policies import PolicySpec
+    from ecosim.trace.io import Trace
+
+    assert ecosim.PolicySpec is PolicySpec and ecosim.Trace is Trace
+    assert set(ecosim.__all__) <= set(dir(ecosim))
 
 
 def test_compare_predictors_is_the_cli_json(write, capsys):
