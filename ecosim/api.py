@@ -31,7 +31,9 @@ import polars as pl
 from ecosim.analysis import predictor_compare as pc
 from ecosim.catalog.devices import DEVICES, Device, get_device
 from ecosim.catalog.models import ModelShape, get_model
+from ecosim.catalog.serving import load_serving
 from ecosim.cost import CostConfig, CostModel
+from ecosim import fidelity as _fidelity
 from ecosim.errors import EcoSimError
 from ecosim.hybrid import write_hybrid
 from ecosim.metrics import Row
@@ -239,3 +241,15 @@ def compare_predictors(traces: Paths, predictors: str | Sequence[str] = pc.PREDI
 def predictor_tables(doc: dict[str, Any]) -> list[str]:
     """The Markdown tables `ecosim predictor compare --markdown` prints for a `compare_predictors` document."""
     return [pc.markdown_table(*t) for t in pc.summary_tables(doc)]
+
+
+def published(profile: str = "cuda-graphs", fit: bool = True) -> dict[str, Any]:
+    """`ecosim fidelity` as data: every published measurement the simulator can reproduce, predicted
+    under `profile` (a shipped serving profile's name or a JSON file). With `fit`, the profile's free
+    constants are refitted on the rows marked fit (the rest held out, fit rows also leave-one-out).
+
+    Returns {"results": [fidelity.Result], "fitted": {constant: seconds}, "skipped": [row],
+    "summary": the error summary, "plain_metrics": the metric names of plain-decode rows}."""
+    results, theta, skipped = _fidelity.run(load_serving(profile), fit=fit)
+    return {"results": results, "fitted": dict(zip(_fidelity.FREE, map(float, theta))), "skipped": skipped,
+            "summary": _fidelity.summary(results), "plain_metrics": _fidelity.PLAIN}

@@ -3,9 +3,9 @@
 #
 # `ecosim fidelity` predicts every published measurement of MoE decoding that the simulator can
 # reproduce (the table `ecosim/catalog/data/published.json`, each row with its URL and quoted
-# text) and compares. The serving profile's three free constants (step, kernel and collective
-# latency) are fitted on the rows marked *fit* only; every other row is held out, and the fit rows
-# are also predicted leave-one-out. Speculative rows use **synthetic** traces (`ecosim synth`) whose
+# text) and compares. The serving profile's free constants (step, kernel and collective latency,
+# the speculative step's per-level latency and host sync) are fitted on the rows marked *fit*
+# only; every other row is held out, and the fit rows are also predicted leave-one-out. Speculative rows use **synthetic** traces (`ecosim synth`) whose
 # acceptance knob is bisected to the row's accept length; the measurements themselves are real,
 # published by the engines' authors and users (not measured here).
 
@@ -18,14 +18,14 @@ validation = ""
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ecosim.catalog.serving import load_serving
-from ecosim.fidelity import PLAIN, run, summary
+import ecosim
 from reports._common import save
 
-results, theta, skipped = run(load_serving("cuda-graphs"))
-print("fitted (s):", dict(zip(("step_fixed", "kernel_latency", "collective_latency"), theta)))
+doc = ecosim.published("cuda-graphs")
+results, skipped, PLAIN = doc["results"], doc["skipped"], doc["plain_metrics"]
+print("fitted (s):", doc["fitted"])
 print(f"{len(results)} rows predicted, {len(skipped)} not (batch > 1, no acceptance length, unknown shape or hardware)")
-for k, v in summary(results).items():
+for k, v in doc["summary"].items():
     print(k, {a: (round(b, 3) if isinstance(b, float) else b) for a, b in v.items()})
 
 # %% [markdown]

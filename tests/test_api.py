@@ -170,3 +170,14 @@ def test_compare_predictors_is_the_cli_json(write, capsys):
     assert results(json.loads(json.dumps(doc))) == results(json.loads(capsys.readouterr().out))
     tables = ecosim.predictor_tables(doc)
     assert tables and all(t.count("\n| ") >= 2 for t in tables)  # a header and at least one row each
+
+
+def test_published_is_fidelity_as_data():
+    """ecosim.published gives what `ecosim fidelity` computes: the same results, constants and summary."""
+    from ecosim import fidelity
+    from ecosim.catalog.serving import load_serving
+    doc = ecosim.published("cuda-graphs")
+    results, theta, skipped = fidelity.run(load_serving("cuda-graphs"))
+    assert [(r.row["id"], r.predicted) for r in doc["results"]] == [(r.row["id"], r.predicted) for r in results]
+    assert list(doc["fitted"]) == list(fidelity.FREE) and list(doc["fitted"].values()) == [float(t) for t in theta]
+    assert doc["summary"] == fidelity.summary(results) and len(doc["skipped"]) == len(skipped)

@@ -117,16 +117,11 @@ def test_the_cycle_finder_finds_a_cycle(monkeypatch):
         raise AssertionError("a cycle went unnoticed")
 
 
-# Notebooks not yet moved to the public API: published.py waits for the fidelity change of another
-# branch (h17); remove it from here when that lands.
-NOT_YET_PUBLIC = {"published.py"}
-
-
 def test_reports_use_only_the_public_api():
     """The report notebooks import `ecosim` itself (api.py, re-exported by __init__.py), never a
     module inside it: what a notebook needs is public, documented and kept stable (issue #16)."""
     bad = []
-    for path in sorted(p for p in (ROOT / "reports").glob("*.py") if p.name not in NOT_YET_PUBLIC):
+    for path in sorted(p for p in (ROOT / "reports").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
