@@ -188,6 +188,7 @@ ECOSIM = [
     # report
     (["report", "--traces", "N"], "no such"),
     (["report", "--traces", "T", "--only", "nonsense"], "nonsense"),
+    (["report", "--traces", "T", "--only", "pareto,nonsense"], "unknown notebook(s) nonsense;"),
     # predictor
     (["predictor", "train", "T", "--kind", "psychic", "--out", "{D}/p.npz"], "psychic"),
     (["predictor", "train", "T", "--kind", "token", "--out", "{D}/p.npz", "--holdout", "1.5"], "holdout"),
