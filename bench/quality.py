@@ -9,8 +9,8 @@ shape); and a hybrid gpt-oss-20b trace (`gpt-oss-20b-hybrid`: the first 4 real a
 ../shared/data/gpt-oss-20b-routing, from AmanPriyanshu/GPT-OSS-MoE-ExpertFingerprinting, Apache-2.0,
 as the continuation, up to 250 positions each; draft trees generated), skipped with a note where that
 data is absent. Each priced on two devices (h200, a100) under `hbm` (where the model's weights fit on one device),
-`ep:8` and `offload:E/4` (a quarter of each layer's experts cached, LRU). `tp:8` is not a placement
-of this cost model yet. Every policy is priced by the fast engine with the full cost model.
+`tp:8`, `ep:8` and `offload:E/4` (a quarter of each layer's experts cached, LRU), each where it fits.
+Every policy is priced by the fast engine with the full cost model.
 
 Per (trace, device, placement), in ms per generated token:
 - `ar` (plain decoding) and `oracle` (the shortest-path bound: knows the verdicts).
@@ -57,11 +57,11 @@ def best(r: TraceReplay, specs: list[PolicySpec], cost) -> tuple[float, PolicySp
 
 
 def placements(trace, device) -> list[str]:
-    """The placements compared (hbm, ep:8, offload of a quarter of each layer), those that fit the
+    """The placements compared (hbm, tp:8, ep:8, offload of a quarter of each layer), those that fit the
     device: each placement checks its own capacity (weights and KV per device)."""
     m = trace.model
     out = []
-    for p in ("hbm", "ep:8", f"offload:{max(1, m.num_experts // 4)}"):
+    for p in ("hbm", "tp:8", "ep:8", f"offload:{max(1, m.num_experts // 4)}"):
         try:
             cost_model(trace, device, parse_placement(p), CostConfig())
         except EcoSimError:

@@ -31,11 +31,11 @@ def render(doc: dict) -> str:
         for s in shapes:
             n = figs[f"replay.{s}.numpy_pass_pos_per_s"]["value"]
             out.append(f"| {s} | numpy pass | {_f(n)} | 1 | | | | |")
-            for p in ("ar", "confidence", "ecospec", "ecospec_lam0.1", "oracle"):
+            for p in ("ar", "confidence", "ecospec", "ecospec_lam0.1", "ecospec_auto", "oracle"):
                 b = f"replay.{s}.{p}"
                 if f"{b}.warm_ratio" not in figs:
                     continue
-                label = {"ecospec": "ecospec b16 λ0.5", "ecospec_lam0.1": "ecospec b16 λ0.1", "confidence": "confidence b16"}.get(p, p)
+                label = {"ecospec": "ecospec b16 λ0.5", "ecospec_lam0.1": "ecospec b16 λ0.1", "confidence": "confidence b16", "ecospec_auto": "ecospec --lambda auto"}.get(p, p)
                 tgt = figs[f"{b}.warm_ratio"]["target"].split()[1]
                 out.append(f"| {s} | {label} | {_f(figs[f'{b}.warm_pos_per_s']['value'])} | {figs[f'{b}.warm_ratio']['value']:.3f} "
                            f"| {figs[f'{b}.cold_ratio']['value']:.3f} | ≥ {tgt} | {met(f'{b}.warm_ratio')} | {met(f'{b}.cold_ratio')} |")
