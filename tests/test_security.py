@@ -187,7 +187,7 @@ def test_notebook_parameters_are_paths_not_trace_content():
     params = next(n for n in ast.walk(tree) if isinstance(n, ast.Assign) and any(
         isinstance(t, ast.Name) and t.id == "params" for t in n.targets))
     assert isinstance(params.value, ast.Dict)
-    assert [k.value for k in params.value.keys] == ["traces", "out", "validation"]
+    assert [k.value for k in params.value.keys] == ["traces", "out", "validation", "routing"]
     assert "manifest" not in ast.unparse(params.value) and "read_trace" not in src
     if importlib.util.find_spec("papermill") is not None:  # and a hostile path stays a string literal
         from papermill.translators import PythonTranslator
