@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +20,22 @@ settings.register_profile("dev", max_examples=50, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Everything the suite writes outside tmp_path goes under one scratch folder removed at the end, so a
+# run leaves nothing in /tmp: pytest's own base folder (it keeps the last three runs otherwise), Ray's
+# session folders and torch's compile cache. Subprocesses inherit the environment.
+SCRATCH = Path(tempfile.mkdtemp(prefix="ecosim-tests-"))
+os.environ.setdefault("RAY_TMPDIR", str(SCRATCH / "ray"))
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(SCRATCH / "torchinductor"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.option.basetemp is None:
+        config.option.basetemp = str(SCRATCH / "pytest")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(SCRATCH, ignore_errors=True)
 
 TINY = ModelShape(
     name="tiny-test", family="qwen3_moe", num_layers=3, moe_layers=(0, 1, 2), num_experts=8, top_k=2,
