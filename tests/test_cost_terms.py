@@ -75,6 +75,12 @@ def test_ep2_by_hand():
     assert step(cost("ep:2"), 0, 1, 5) == pytest.approx(2.2 + 4.384 + 1.5 + 3.0 + 1.0 + 0.1)
 
 
+def test_dp_attention_ep2_by_hand():
+    # experts as ep:2: device 0 reads {0, 1}: 4, FLOPs halved 0.384; no all-reduce (attention is local);
+    # two all-to-alls 2 x (0.5 + 1) = 3; dense whole on the request's device: 1 + 1 = 2; KV whole: 0.2
+    assert step(cost("dpattn+ep:2"), 0, 1, 5) == pytest.approx(2.2 + 4.384 + 3.0 + 2.0 + 0.2)
+
+
 def test_tp2_ep2_by_hand():
     # 4 devices, 2 groups of 2: device of group 0 reads half of experts 0 and 1: 1000 / 500 = 2; FLOPs / 4 = 0.192;
     # 2 all-reduces of 2 (D-1)/D = 1.5 x 16 bytes: 2 x (0.5 + 1.5) = 4; 2 all-to-alls 2 x (0.5 + 1) = 3;

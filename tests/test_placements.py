@@ -33,6 +33,7 @@ def ecosim(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("text,canonical,devices,groups", [
     ("hbm", "hbm", 1, 1), ("tp:8", "tp:8", 8, 1), ("EP:8", "ep:8", 8, 8), ("tp:4+ep:2", "tp:4+ep:2", 8, 2),
     ("offload:64", "offload:64:lru", 1, 1), ("offload:64:lfu", "offload:64:lfu", 1, 1),
+    ("dpattn+ep:4", "dpattn+ep:4", 4, 4),
 ])
 def test_parse(text, canonical, devices, groups):
     p = parse_placement(text)
@@ -40,7 +41,8 @@ def test_parse(text, canonical, devices, groups):
     assert parse_placement(str(p)) == p
 
 
-@pytest.mark.parametrize("text", ["", "tp", "tp:0", "ep:x", "offload:8:fifo", "tp:2+ep", "ep:2+tp:2", "hbm:1"])
+@pytest.mark.parametrize("text", ["", "tp", "tp:0", "ep:x", "offload:8:fifo", "tp:2+ep", "ep:2+tp:2", "hbm:1", "dpattn",
+                                  "dpattn+ep:0", "dpattn+tp:2"])
 def test_bad_placements_are_one_line_errors(text):
     with pytest.raises(EcoSimError, match="expected one of hbm, tp:N, ep:N, tp:N\\+ep:M, offload"):
         parse_placement(text)
@@ -160,3 +162,11 @@ def test_sweep_skips_impossible_points_and_says_how_many(dsv3_trace, tmp_path):
     assert "hbm" in out["impossible_reasons"][0]
     allbad = ecosim("sweep", str(dsv3_trace), "--out", str(tmp_path / "s2"), "--placement", "hbm", "--jobs", "1")
     assert allbad.returncode == 2 and len(allbad.stderr.strip().splitlines()) == 1
+
+
+def test_dp_attention_holds_the_whole_dense_weights_and_kv_on_each_device():
+    """dpattn+ep:8 holds ep:8's experts plus every dense byte and the whole KV cache per device."""
+    m = get_model("deepseek-v3.1")
+    (w_ep, kv_ep), (w_dp, kv_dp) = (parse_placement(p).bytes_per_device(m, 4096) for p in ("ep:8", "dpattn+ep:8"))
+    assert w_dp - w_ep == pytest.approx(m.dense_bytes * (1 - 1 / 8))
+    assert kv_dp == pytest.approx(8 * kv_ep)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ecosim.errors import EcoSimError
 from ecosim.placements.base import Placement
+from ecosim.placements.dp_attention import DpAttentionExpertParallel
 from ecosim.placements.ep import ExpertParallel
 from ecosim.placements.hbm import Hbm
 from ecosim.placements.offload import Offload
@@ -16,6 +17,7 @@ PLACEMENTS: list[type[Placement]] = [
     ExpertParallel,
     TensorExpertParallel,
     Offload,
+    DpAttentionExpertParallel,
 ]
 
 
