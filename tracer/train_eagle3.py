@@ -113,6 +113,20 @@ def agreement(head: Eagle3Head, embed, batches, ids: torch.Tensor, steps: int) -
     return [round(a / n, 4) for a in tot]
 
 
+def warm_start(head: Eagle3Head, path: Path, target) -> None:
+    """Load the head in `path` into `head` (a fresh one of this run's config): why: a longer training
+    continues from a committed head instead of paying again for the steps that made it."""
+    from tracer.drafts.eagle3 import load_head
+    from tracer.errors import TracerError
+
+    tc = target.config
+    old, _ = load_head(path, tc.num_hidden_layers, tc.hidden_size, tc.vocab_size)
+    if old.cfg.to_json() != head.cfg.to_json() or not torch.equal(old.d2t, head.d2t):
+        raise TracerError(f"--init {path}: a head of another shape, layers or draft vocabulary than this run's "
+                          "(--intermediate, --layers, --draft-vocab and the training counts must match)")
+    head.load_state_dict(old.state_dict())
+
+
 def save_head(head: Eagle3Head, out: Path) -> None:
     """config.json + model.safetensors under the public names (what `--draft eagle3:PATH` loads)."""
     from safetensors.torch import save_file
@@ -139,6 +153,10 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", default="0,2,3", help="target layers whose outputs are the low, mid, high features")
     ap.add_argument("--init-head", action=argparse.BooleanOptionalAction, default=True,
                     help="initialise the head's LM head and final norm from the target's (rows of the draft vocabulary)")
+    ap.add_argument("--init", type=Path, default=None,
+                    help="warm-start from this head directory (config.json + model.safetensors, e.g. the committed "
+                         "models/ecosim-tiny/eagle3): its weights replace the fresh ones, under this run's schedule; "
+                         "its shape, layers and draft vocabulary must be this run's")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--val-tokens", type=int, default=16384, help="validation tokens for the final agreement")
     ap.add_argument("--log-every", type=int, default=25, help="print every N steps")
@@ -200,6 +218,8 @@ def main(argv=None) -> int:
         head.d2t.copy_(ids - torch.arange(len(ids)))
         head.t2d.zero_()
         head.t2d[ids] = True
+    if args.init is not None:
+        warm_start(head, args.init, target)
     n_params = sum(p.numel() for p in head.parameters())
     print(f"[head] {n_params:,} params, layers {layers}, TTT {args.ttt} | {fmt_time(time.time() - t0)}", flush=True)
     embed = target.get_input_embeddings()
@@ -243,7 +263,8 @@ def main(argv=None) -> int:
     metrics = {
         "command": "python -m tracer.train_eagle3 " + " ".join(argv if argv is not None else sys.argv[1:]),
         "seed": args.seed, "steps": args.steps, "batch": args.batch, "seq_len": args.seq_len, "ttt": args.ttt,
-        "lr": args.lr, "warmup": args.warmup, "init_head_from_target": args.init_head, "threads": args.threads, "params": n_params,
+        "lr": args.lr, "warmup": args.warmup, "init_head_from_target": args.init_head,
+        "init": None if args.init is None else str(args.init), "threads": args.threads, "params": n_params,
         "bytes": sum(t.numel() * t.element_size() for t in head.state_dict().values()),
         "draft_vocab": len(ids), "draft_vocab_coverage_train": round(coverage, 4), "layers": layers,
         "final_train_loss_last50": round(sum(losses[-50:]) / len(losses[-50:]), 4),
@@ -258,4 +279,10 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from tracer.errors import TracerError
+
+    try:
+        raise SystemExit(main())
+    except TracerError as e:  # one line, exit 2 (the house rule for errors a user can fix)
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2)

@@ -93,3 +93,30 @@ def test_training_unroll_equals_the_chained_head_at_inference(tiny_dirs, tmp_pat
                 got = pair.draft.forward(x[0, m + j:m + j + 1], torch.tensor([m + j]),
                                          torch.ones(1, j + 1, dtype=torch.bool), m)[-1]
             torch.testing.assert_close(got[head.target_ids()], steps[k - 1][0, p], rtol=1e-4, atol=1e-4)
+
+
+def test_init_warm_starts_from_a_head_and_refuses_another_shape(tiny_dirs, target, tmp_path):
+    """`--init DIR`: at learning rate 0 the written head is the init head bit for bit (so training
+    continues from it); a head of another width is refused with a one-line error."""
+    from safetensors.torch import load_file
+
+    from tracer.errors import TracerError
+
+    V = target.config.vocab_size
+    g = torch.Generator().manual_seed(6)
+    train, val = torch.randint(3, V, (40 * 16,), generator=g), torch.randint(3, V, (200,), generator=g)
+    cache = feature_cache.build(target, [0, 1, 2], train, n=32, seq_len=16, seed=0, path=tmp_path / "c.pt",
+                                extra={"counts": torch.bincount(train, minlength=V), "val": val})
+    common = ["--target", str(tiny_dirs["qwen3_moe"] / "target"), "--cache", str(cache), "--batch", "2",
+              "--seq-len", "16", "--draft-vocab", "64", "--layers", "0,1,2", "--val-tokens", "64", "--log-every", "2"]
+    first, warm, cold = tmp_path / "first", tmp_path / "warm", tmp_path / "cold"
+    assert main(common + ["--out", str(first), "--steps", "4", "--warmup", "1", "--intermediate", "32"]) == 0
+    assert main(common + ["--out", str(warm), "--steps", "2", "--lr", "0", "--seed", "1", "--intermediate", "32",
+                          "--init", str(first)]) == 0
+    assert main(common + ["--out", str(cold), "--steps", "2", "--lr", "0", "--seed", "1", "--intermediate", "32"]) == 0
+    a, b, c = (load_file(str(d / "model.safetensors")) for d in (first, warm, cold))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["fc.weight"], c["fc.weight"])  # without --init the seed-1 head is another one
+    assert json.loads((warm / "train_metrics.json").read_text())["init"] == str(first)
+    with pytest.raises(TracerError, match="another shape"):
+        main(common + ["--out", str(tmp_path / "bad"), "--steps", "1", "--intermediate", "48", "--init", str(first)])
