@@ -15,27 +15,36 @@ from hypothesis import settings
 from ecosim.catalog.models import ModelShape
 from ecosim.synth import SynthConfig, synthesize
 
-settings.register_profile("ci", max_examples=200, deadline=None, derandomize=True)
-settings.register_profile("dev", max_examples=50, deadline=None)
+# database=None: no example database (ci is derandomised anyway); its storage folder: pytest_configure
+settings.register_profile("ci", max_examples=200, deadline=None, derandomize=True, database=None)
+settings.register_profile("dev", max_examples=50, deadline=None, database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Everything the suite writes outside tmp_path goes under one scratch folder removed at the end, so a
-# run leaves nothing in /tmp: pytest's own base folder (it keeps the last three runs otherwise), Ray's
-# session folders and torch's compile cache. Subprocesses inherit the environment.
-SCRATCH = Path(tempfile.mkdtemp(prefix="ecosim-tests-"))
-os.environ.setdefault("RAY_TMPDIR", str(SCRATCH / "ray"))
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(SCRATCH / "torchinductor"))
+# Everything the suite writes outside tmp_path goes under scratch folders removed at the end, so a run
+# leaves nothing in /tmp or the checkout: pytest's own base folder (it keeps the last three runs
+# otherwise), Ray's session folders, torch's compile cache and hypothesis's storage (else
+# .hypothesis/ in the checkout). Subprocesses inherit the environment. Ray's folder is short and under
+# /tmp like Ray's own default: its socket paths must stay under 108 bytes.
+_SCRATCH: list[Path] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    scratch = Path(tempfile.mkdtemp(prefix="ecosim-tests-"))
+    ray = Path(tempfile.mkdtemp(prefix="ecosim-ray-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    _SCRATCH.extend([scratch, ray])
+    os.environ.setdefault("RAY_TMPDIR", str(ray))
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(scratch / "torchinductor"))
+    os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(scratch / "hypothesis"))  # its constants cache
     if config.option.basetemp is None:
-        config.option.basetemp = str(SCRATCH / "pytest")
+        config.option.basetemp = str(scratch / "pytest")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    shutil.rmtree(SCRATCH, ignore_errors=True)
+    for path in _SCRATCH:
+        shutil.rmtree(path, ignore_errors=True)
+
 
 TINY = ModelShape(
     name="tiny-test", family="qwen3_moe", num_layers=3, moe_layers=(0, 1, 2), num_experts=8, top_k=2,
