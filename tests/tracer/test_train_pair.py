@@ -4,6 +4,8 @@ The expected cards under `data/card/` were rendered by the single-file `tracer/t
 before it became the `tracer.training` package: the card must stay byte-identical for the same
 figures. `two_stages.json` is the committed pair's `train_metrics.json`; `one_stage.json` drops
 the second stage, the CPU time and the per-task balance; `targets_missed.json` misses the targets.
+One change since, on purpose: the two-stage cards gained the paragraph on what the second stage
+costs in routing locality (issue 18, item 5), added to the expected files by hand.
 """
 
 from __future__ import annotations
