@@ -5,7 +5,7 @@ before it became the `tracer.training` package: the card must stay byte-identica
 figures. `two_stages.json` is the committed pair's `train_metrics.json`; `one_stage.json` drops
 the second stage, the CPU time and the per-task balance; `targets_missed.json` misses the targets.
 One change since, on purpose: the two-stage cards gained the paragraph on what the second stage
-costs in routing locality (issue 18, item 5), added to the expected files by hand.
+costs in routing locality (issue 18, item 5); the expected files were rendered again, that paragraph their only change.
 """
 
 from __future__ import annotations
