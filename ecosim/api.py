@@ -30,7 +30,7 @@ import polars as pl
 
 from ecosim.analysis import predictor_compare as pc
 from ecosim.catalog.devices import DEVICES, Device, get_device
-from ecosim.catalog.models import ModelShape, get_model
+from ecosim.catalog.models import ModelShape, get_model, shape_of
 from ecosim.catalog.serving import load_serving
 from ecosim.cost import CostConfig, CostModel
 from ecosim import fidelity as _fidelity
@@ -124,7 +124,7 @@ def step_times(model: str | ModelShape, hardware: str | Device, experts: np.ndar
     """Seconds of batch-1 steps priced by the cost model (cost.py) without a trace: step i verifies
     `tokens[i]` tokens after `context[i]` and reads `experts[i, l]` distinct experts in MoE layer l
     (`experts`: (steps, moe_layers))."""
-    shape = get_model(model) if isinstance(model, str) else model
+    shape = shape_of(model)
     device = get_device(hardware) if isinstance(hardware, str) else hardware
     c = CostModel(shape, device, parse_placement(placement), cost or CostConfig())
     return c.step_times(np.asarray(experts), np.asarray(tokens), np.asarray(context), speculative)
@@ -156,7 +156,7 @@ def synthetic(model: str | ModelShape, *, preset: bool = True, routing: Routing 
     trace: the real continuation with generated draft trees (hybrid.py). `knobs`: SynthConfig's
     fields (requests, positions, max_nodes, depth, seed, ...); `name`: the trace's (default: the
     model's). An illustration, not a measurement."""
-    shape = get_model(model) if isinstance(model, str) else model
+    shape = shape_of(model)
     cfg = calibrated(shape, **knobs) if preset else SynthConfig(**knobs)
     with tempfile.TemporaryDirectory(prefix="ecosim-synth-") as tmp:  # read_trace keeps the trace in memory
         path = Path(tmp) / (name or shape.name)
@@ -176,7 +176,7 @@ def routing_stats(data: Routing | Trace, *, trees: bool = True, **options: Any) 
 def scale_distinct(distinct: float, base: str | ModelShape, to: str | ModelShape) -> float:
     """A point of the window curve (distinct experts per layer in n tokens) of model `base` carried
     to model `to`'s shape, keeping its effective tokens (routing/scale.py: how presets are scaled)."""
-    shapes = [RoutingShape.of(get_model(m) if isinstance(m, str) else m) for m in (base, to)]
+    shapes = [RoutingShape.of(shape_of(m)) for m in (base, to)]
     return _scale_distinct(distinct, *shapes)
 
 

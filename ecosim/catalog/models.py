@@ -205,3 +205,8 @@ def get_model(name: str) -> ModelShape:
     if key not in MODELS:
         raise EcoSimError(f"unknown model shape {name!r}; known: {', '.join(sorted(MODELS))}")
     return MODELS[key]
+
+
+def shape_of(model: str | ModelShape) -> ModelShape:
+    """A shape given by catalogue name or as itself (the API and the presets take either)."""
+    return get_model(model) if isinstance(model, str) else model

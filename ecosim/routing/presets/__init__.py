@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ecosim.catalog.models import ModelShape, get_model
+from ecosim.catalog.models import ModelShape, shape_of
 from ecosim.errors import EcoSimError
 from ecosim.routing.generator import GROUP_LIMITED, RoutingKnobs
 
@@ -50,23 +50,19 @@ def knobs_of(preset: dict[str, Any]) -> dict[str, float]:
     return {k: float(preset["knobs"][k]) for k in KNOBS}
 
 
-def _shape(shape: ModelShape | str) -> ModelShape:
-    return get_model(shape) if isinstance(shape, str) else shape
-
-
 def preset_knobs(shape: ModelShape | str) -> RoutingKnobs:
     """The generator's knobs for a catalogue shape: its shipped preset plus its family's group limits."""
-    m = _shape(shape)
+    m = shape_of(shape)
     n_group, topk_group = GROUP_LIMITED.get(m.family, (0, 0))
     return RoutingKnobs(**knobs_of(load_preset(m.name)), n_group=n_group, topk_group=topk_group)
 
 
 def preset_source(shape: ModelShape | str) -> str:
     """What the shape's preset was fitted to, as the manifest records it."""
-    m = _shape(shape)
+    m = shape_of(shape)
     return f"preset {m.name}: {load_preset(m.name)['source']}"
 
 
 def preset_hash(shape: ModelShape | str) -> str:
     """A short digest of the shape's preset file: caches of generated traces are keyed by it."""
-    return hashlib.sha256(preset_path(_shape(shape).name).read_bytes()).hexdigest()[:10]
+    return hashlib.sha256(preset_path(shape_of(shape).name).read_bytes()).hexdigest()[:10]
