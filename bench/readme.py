@@ -52,8 +52,9 @@ def render(doc: dict) -> str:
     configs = [k[len("quality.") : -len(".ar_ms_per_token")] for k in figs if k.startswith("quality.") and k.endswith(".ar_ms_per_token")]
     if configs:
         out += ["| trace, device, placement | ar | confidence best | ecospec best (tuned) | auto (untuned) | reference | "
-                "oracle | eagle2-default | auto / confidence | auto / eagle2 | confidence / eagle2 | auto of reference | "
-                "auto of bound |", "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                "oracle | eagle2-default | auto / confidence | auto / confidence (cv) | auto / eagle2 | confidence / eagle2 | "
+                "auto of reference | auto of bound |", "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        per_kind: dict[str, list[tuple[float, float]]] = {}
         for c in configs:
             b = f"quality.{c}"
             ms = lambda k: _f(figs[f"{b}.{k}_ms_per_token"]["value"], 4)  # noqa: E731
@@ -62,8 +63,18 @@ def render(doc: dict) -> str:
             out.append(f"| {c} ({kind}) | {ms('ar')} | {ms('confidence_best')} ({note('confidence_best')}) "
                        f"| {ms('ecospec_best')} ({note('ecospec_best')}) | {ms('auto')} | {ms('reference')} | {ms('oracle')} "
                        f"| {ms('eagle2_default')} | {figs[f'{b}.auto_over_confidence']['value']:.3f}x "
+                       f"| {figs[f'{b}.auto_over_confidence_cv']['value']:.3f}x "
                        f"| {figs[f'{b}.auto_over_eagle2']['value']:.3f}x | {figs[f'{b}.confidence_over_eagle2']['value']:.3f}x "
                        f"| {figs[f'{b}.auto_of_reference']['value']:.3f} | {figs[f'{b}.auto_of_oracle']['value']:.3f} |")
+            per_kind.setdefault(kind, []).append((1 / figs[f"{b}.auto_over_confidence"]["value"],
+                                                  1 / figs[f"{b}.auto_over_confidence_cv"]["value"]))
+        out.append("")
+        out += ["| traces | configurations | auto time / confidence best: mean | worst | > 1.03x | "
+                "auto time / confidence (cv): mean | worst | > 1.03x |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for kind, xs in per_kind.items():
+            h, c = [x[0] for x in xs], [x[1] for x in xs]
+            out.append(f"| {kind} | {len(xs)} | {sum(h) / len(h):.3f}x | {max(h):.3f}x | {sum(x > 1.03 for x in h)} "
+                       f"| {sum(c) / len(c):.3f}x | {max(c):.3f}x | {sum(x > 1.03 for x in c)} |")
         out.append("")
     return "\n".join(out)
 

@@ -128,10 +128,13 @@ class Calibration:
     raw_predicted_accept_len: float  # the same with exp(cum_logprob)
     observed_accept_len: float  # mean over trees of A(p)
     in_sample: bool  # a single-request trace: fitted on its own verdicts
+    tree_slope: float = 1.0  # mean over folds of b in E[A | V] = a + b V (rescale_trees): 1 when V ranks trees as they are
+
 
     def describe(self) -> dict[str, float | bool]:
         return {k: getattr(self, k) for k in ("ece", "brier", "raw_ece", "raw_brier", "predicted_accept_len",
-                                              "raw_predicted_accept_len", "observed_accept_len", "in_sample")}
+                                              "raw_predicted_accept_len", "observed_accept_len", "in_sample",
+                                              "tree_slope")}
 
 
 def calibration_error(p: np.ndarray, y: np.ndarray, bins: int = ECE_BINS) -> tuple[float, float]:
@@ -155,6 +158,40 @@ def fold_of_rows(trees: Trees, folds: int = FOLDS, seed: int = 0) -> np.ndarray:
     return fold[np.searchsorted(ids, req)][trees.tree_of_row]
 
 
+def rescale_trees(trees: Trees, value: np.ndarray, fold: np.ndarray, n_folds: int) -> float:
+    """Second stage, per tree: scale each tree's node values so that their sum, the tree's predicted
+    accepted length V, becomes E[A | V] = a + b V, a line fitted (least squares, b >= 0) on the
+    other folds' trees against their observed accepted length A (the whole tree verified). Returns
+    the mean slope b. In place on `value`.
+
+    Why: the node model is calibrated node by node, but whether a *step* pays for its draft is
+    decided on the tree's sum, and a sum of noisy per-node estimates spreads trees wider than
+    their acceptance does (regression to the mean: on the synthetic traces the fifth of trees
+    predicted lowest accepts as much as the rest). A policy that declines to draft on a low V then
+    gives away tokens. With b = 1, a = 0 (V ranks trees as they are) nothing changes; with b = 0
+    (V says nothing about a tree) every tree is worth the trace's mean. Scaling a tree's values by
+    one factor keeps the order of its nodes, so only how much a tree is worth changes, not which
+    of its nodes come first; a prefix's value is taken to scale with its tree's (an assumption)."""
+    nonroot = trees.depth > 0
+    v = np.bincount(trees.tree_of_row[nonroot], value[nonroot], trees.n_trees)
+    a_obs = trees.accept_len.astype(np.float64)
+    tree_fold = fold[trees.start]
+    scale = np.ones(trees.n_trees)
+    slopes = []
+    for f in range(n_folds):
+        train = tree_fold != f if n_folds > 1 else np.ones(trees.n_trees, dtype=bool)
+        x, y = v[train], a_obs[train]
+        if len(x) < 2 or np.ptp(x) == 0.0:
+            continue
+        b = max(0.0, float(np.cov(x, y, bias=True)[0, 1] / np.var(x)))
+        a = float(y.mean() - b * x.mean())
+        mine = (tree_fold == f) & (v > 0)
+        scale[mine] = np.maximum(a + b * v[mine], 0.0) / v[mine]
+        slopes.append(b)
+    value[nonroot] *= scale[trees.tree_of_row[nonroot]]
+    return float(np.mean(slopes)) if slopes else 1.0
+
+
 def calibrate(trees: Trees, folds: int = FOLDS, seed: int = 0) -> Calibration:
     """Fit the acceptance model leave-requests-out and report its calibration (module docstring)."""
     lp = trees.trace.nodes["draft_logprob"].astype(np.float64)
@@ -170,13 +207,14 @@ def calibrate(trees: Trees, folds: int = FOLDS, seed: int = 0) -> Calibration:
         rows = nonroot & (fold == f)
         conditional[rows] = model.predict(depth[rows], rank[rows], lp[rows])
     value = path_value(trees, conditional)
+    slope = rescale_trees(trees, value, fold, n_folds)
     y = trees.accepted[cond_rows]
     ece, brier = calibration_error(conditional[cond_rows], y)
     raw_ece, raw_brier = calibration_error(np.exp(lp[cond_rows]), y)
     per_tree = np.bincount(trees.tree_of_row[nonroot], value[nonroot], trees.n_trees)
     raw_tree = np.bincount(trees.tree_of_row[nonroot], np.exp(trees.cum_logprob[nonroot]), trees.n_trees)
     return Calibration(conditional, value, ece, brier, raw_ece, raw_brier, float(per_tree.mean()),
-                       float(raw_tree.mean()), float(trees.accept_len.mean()), n_folds == 1)
+                       float(raw_tree.mean()), float(trees.accept_len.mean()), n_folds == 1, slope)
 
 
 def node_values(trees: Trees, kind: str, calibration: Calibration | None = None) -> np.ndarray:

@@ -1,33 +1,47 @@
-"""`ecospec-auto` (the issue's `ecospec --lambda auto`): per step, the subtree of greatest expected tokens per second.
+"""`ecospec-auto` (the issue's `ecospec --lambda auto`): the selections of greatest expected tokens per second.
 
-The objective of one step verifying an ancestor-closed selection S (root included) is
+What a user measures is the throughput of the whole run, sum of tokens / sum of seconds over its
+steps, not the mean of each step's own rate. With a selection S_i per step (ancestor-closed, the
+root included), expected tokens 1 + V(S_i), V(S) = sum over x in S, x != root, of value(x), and
+seconds t(S_i), the run's rate is
 
-    R(S) = (1 + E[accepted | S]) / t_step(S),     E[accepted | S] = sum over x in S, x != root, of value(x)
+    R = sum_i (1 + V(S_i)) / sum_i t(S_i).
 
-with value(x) the probability that x's whole path is accepted (acceptance.py) and t_step the
-CostModel's seconds (marginal.py): each node's predicted new experts per device (the straggler
-under ep:N), its token's compute, the offload copies of the experts the cache lacks, and the draft
-for a step that verifies anything beyond the root.
+Dinkelbach's theorem for a ratio of sums: the S_i maximise R exactly when each S_i maximises
+(1 + V(S)) - lambda* t(S) with lambda* = R itself. So each step scores its candidates at one
+exchange rate, tokens per second, shared by every step, and lambda* is found by iterating
+lambda <- R. Here the iteration runs online, as an engine would: each step is scored at the
+*running* rate, sum of (1 + V) over sum of t of the steps already chosen (the first step at its
+own plain rate 1 / t(root)), and adds its choice to the totals (`rate`). Maximising each step's own
+ratio instead (the previous version of this policy) is not the same: a step whose first nodes are
+good stops early although its next nodes still earn more than the run's rate, and a poor step
+takes nodes that earn less.
 
-How it is maximised. Dinkelbach's method solves max R by iterating lambda <- R(S_lambda), where
-S_lambda maximises V(S) - lambda * t(S); solved greedily, S_lambda takes nodes while
+value(x) is the probability that x's whole path is accepted (acceptance.py, calibrated node by node
+and then tree by tree) and t the CostModel's seconds (marginal.py): each node's predicted new
+experts per device (the straggler under ep:N), scaled by how many true new experts a predicted one
+has meant at that rank on other requests (union_scale.py), its token's compute, the offload copies
+of the experts the cache lacks, and the draft for a step that verifies anything beyond the root.
+
+How one step is solved. At a fixed lambda the greedy solution takes nodes while
 value(x) - lambda * dt(x | S) >= 0, i.e. while value(x) / dt(x | S) >= lambda. When the marginal
 times do not interact, every such greedy solution, for every lambda, is a prefix of one order: the
-frontier node of best value per second first. So one growth in that order, scoring R at each of its
-prefixes and keeping the best, reaches the set Dinkelbach's iteration converges to without
-iterating (and without a lambda). Where marginal times do interact (siblings sharing experts), the
-prefix scan is what lets a pair in that neither alone pays for: after the first of two siblings,
-the second's experts are already read, its marginal time is one token's compute, it is next in
-the order, and the prefix holding both is kept if it beats every shorter one; a Dinkelbach greedy
-step would have stopped at the first's negative score. The root-only prefix is priced without the
-draft, so the policy stops at the root when drafting costs more than it returns.
+frontier node of best value per second first. So the step grows in that order and keeps the prefix
+of best score. Where marginal times do interact (siblings sharing experts), the prefix scan is
+what lets a pair in that neither alone pays for: after the first of two siblings, the second's
+experts are already read, its marginal time is one token's compute, it is next in the order, and
+the prefix holding both is kept if it beats every shorter one; a greedy step would have stopped at
+the first's negative score. The root-only prefix is priced without the draft, so the policy stops
+at the root when drafting costs more than it returns at the run's rate.
 
-Growth stops when even taking every remaining node at no extra time could not beat the best rate:
-(1 + V + V_remaining) / t(S) <= R_best (exact: no node lowers the time), or, a heuristic that
-keeps the replay fast, after PATIENCE picks in a row that did not raise the best rate (a pair
-that pays only together needs one; `patience=0` grows every tree to its end). Ties: the higher
-`key` (cum_logprob), then the lower node id, as `confidence` breaks them, so with free experts
-and raw values the order is confidence's and the selection is confidence at the best budget.
+Growth stops when even taking every remaining node at no extra time could not beat the best score,
+1 + V + V_remaining - lambda t(S) <= best (exact: no node lowers the time), or, a heuristic that
+keeps the replay fast, after PATIENCE picks in a row that did not raise the best score once some
+drafted prefix has beaten the root (before that, the draft is still being paid for: a tree whose
+value pays for its draft only after many nodes must not be cut off; a pair that pays only together
+needs one pick; `patience=0` grows every tree to its end). Ties: the higher `key` (cum_logprob),
+then the lower node id, as `confidence` breaks them, so with free experts and raw values the order
+is confidence's and the selection is confidence at the budget the running rate prices best.
 
 Assumption (stated wherever the policy is reported): a root-only step does not draft, i.e. the
 engine knows whether to draft before drafting, as the oracle bound and Cascade's off state assume.
@@ -46,7 +60,7 @@ from numba.extending import intrinsic
 
 from ecosim.marginal import StepPricer
 
-PATIENCE = 8  # picks without a better rate before the growth gives up
+PATIENCE = 8  # picks without a better score (once a draft pays) before the growth gives up
 
 
 @intrinsic
@@ -78,9 +92,19 @@ def _pack(ids, s0, x, bits):
                 bits[x, l, e >> 6] |= np.uint64(1) << np.uint64(e & 63)
 
 
+@njit(cache=True, inline="always")
+def _at(col, x):
+    """col at a fractional count x (linear between neighbours; the last entry beyond the end)."""
+    i = int(x)
+    if i >= col.shape[0] - 1:
+        return col[col.shape[0] - 1]
+    f = x - i
+    return col[i] if f == 0.0 else col[i] + f * (col[i + 1] - col[i])
+
+
 @njit(cache=True)
 def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, draft, copy, resident, order, best_k,
-         patience=0, end=None, accepted=None, depth=None):
+         patience=0, end=None, accepted=None, depth=None, rate=None, beta=None, fold=None):
     """Grow every tree in value-per-second order; write each row's pick step to `order` (-1 roots,
     n for rows never picked) and each tree's best prefix length to `best_k`.
 
@@ -89,7 +113,11 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
     packed tree by tree into bitsets (one uint64 word per 64 experts); devmask (devices, words);
     layer (u + 1, tokens + 2) seconds; other (all trees, tokens + 2) seconds; resident
     (len(trees), layers, words) offload cache bits, or (0, layers, words) without a cache;
-    `patience` > 0 stops a tree's growth after that many picks in a row without a better rate.
+    `patience` > 0 stops a tree's growth after that many picks in a row without a better score, once
+    a drafted prefix has beaten the root; `rate` (2,) the running (expected tokens, seconds) of the
+    steps chosen so far, read for the exchange rate and added to (None: each tree at its plain
+    rate); `beta` (folds, ranks) and `fold` (trees,) scale the predicted new experts of a tree's
+    k-th pick by beta[fold[tree], k] (union_scale.py; None: 1).
 
     Given `end` (trees,) the tree after each one's request, `accepted` and `depth` (rows,), `trees`
     must be every tree in order and only those a request visits are grown (it steps from p to
@@ -139,8 +167,10 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                 m = max(m, layer[u[l, d], tok])
             layers_now += m
         t0 = layers_now + copy * miss + other[tree, tok]
-        best_rate = 1.0 / t0
+        lam = rate[0] / rate[1] if rate is not None and rate[1] > 0.0 else 1.0 / t0
+        best_score = 1.0 - lam * t0
         best = 0
+        best_v, best_t = 0.0, t0
         time = t0 + draft
         v_sum = 0.0
         v_rest = 0.0
@@ -152,7 +182,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                 front[x] = True
                 _pack(ids, s0, x, bits)
         for k in range(1, n):
-            if (1.0 + v_sum + v_rest) / time <= best_rate or (patience > 0 and k - best > patience):
+            if 1.0 + v_sum + v_rest - lam * time <= best_score or (patience > 0 and best > 0 and k - best > patience):
                 break
             for l in range(L):
                 m = 0.0
@@ -179,6 +209,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                         if abs(col[j + 1] - col[j] - slope) > 1e-12 * slope:
                             affine = False
                             break
+            b = beta[fold[tree], min(tok, beta.shape[1] - 1)] if beta is not None else 1.0  # this pick's rank: tok
             pick, pick_dt, pick_ratio = -1, 0.0, -1.0
             for x in range(1, n):
                 if not front[x]:
@@ -189,7 +220,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                     c = 0
                     for q in range(LW):
                         c += _popcount(bits_flat[r, q] & ~buf_flat[q])
-                    dt += layers_next + slope * c
+                    dt += layers_next + slope * b * c
                     if has_cache and c > 0:
                         c = 0
                         for q in range(LW):
@@ -203,7 +234,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                         c = 0
                         for w in range(W):
                             c += _popcount(bits[r, l, w] & ~buf[l, w])
-                        dt += col[u[l, 0] + c]
+                        dt += _at(col, u[l, 0] + b * c)
                         if has_cache and c > 0:
                             for w in range(W):
                                 dt += copy * _popcount(bits[r, l, w] & ~buf[l, w] & ~resident[t, l, w])
@@ -220,7 +251,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                         c = 0
                         for w in range(W):
                             c += _popcount(bits[r, l, w] & ~buf[l, w] & devmask[d, w])
-                        m = max(m, col[u[l, d] + c])
+                        m = max(m, _at(col, u[l, d] + b * c))
                     dt += m
                     if has_cache:
                         for w in range(W):
@@ -256,9 +287,12 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                 if parent[s0 + x] == pick:
                     front[x] = True
                     _pack(ids, s0, x, bits)
-            if (1.0 + v_sum) / time > best_rate:
-                best_rate, best = (1.0 + v_sum) / time, k
+            if 1.0 + v_sum - lam * time > best_score:
+                best_score, best, best_v, best_t = 1.0 + v_sum - lam * time, k, v_sum, time
         best_k[tree] = best
+        if rate is not None:
+            rate[0] += 1.0 + best_v
+            rate[1] += best_t
         if end is None:
             i += 1
             continue
@@ -280,7 +314,9 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
 def auto_order(trees, predicted: np.ndarray, value: np.ndarray, pricer: StepPricer, context: np.ndarray,
                resident: np.ndarray | None = None, only: np.ndarray | None = None,
                patience: int = PATIENCE, visited_only: bool = False, other: np.ndarray | None = None,
-               out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               out: tuple[np.ndarray, np.ndarray] | None = None,
+               rate: np.ndarray | None = None,
+               scale: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(order per row, best prefix per tree) of the auto growth over `trees` (tree.Trees) or the
     trees `only` lists; `predicted` (rows, layers, m) int16 expert ids; `value` (rows,) path values;
     `context` (trees,) tokens before each root; `resident` (len(only) or trees, layers, words) the
@@ -289,7 +325,9 @@ def auto_order(trees, predicted: np.ndarray, value: np.ndarray, pricer: StepPric
 
     A caller growing one tree at a time (the offload trajectory) passes what holds for the whole
     trace once: `other`, `pricer.other(context, max nodes)` of every tree, and `out`, the order
-    and best-prefix arrays to write into (only the grown trees' rows are written)."""
+    and best-prefix arrays to write into (only the grown trees' rows are written), and `rate`, the
+    running (expected tokens, seconds) of the steps selected so far, which each call reads and adds
+    to (a fresh one when None)."""
     ids = np.arange(trees.n_trees) if only is None else np.asarray(only, dtype=np.int64)
     if out is None:
         out = np.full(trees.n_rows, -1, dtype=np.int64), np.zeros(trees.n_trees, dtype=np.int64)
@@ -300,15 +338,17 @@ def auto_order(trees, predicted: np.ndarray, value: np.ndarray, pricer: StepPric
     if other is None:
         other = pricer.other(context, int(trees.n_nodes.max(initial=1)))
     res = resident if resident is not None else np.zeros((0, predicted.shape[1], pricer.masks.shape[1]), dtype=np.uint64)
+    rate = np.zeros(2) if rate is None else rate
+    beta_fold = (None, None) if scale is None else scale
     args = (ids, trees.start, trees.n_nodes, trees.trace.nodes["parent"], value, trees.cum_logprob, predicted,
             pricer.masks, pricer.layer, other, pricer.draft, pricer.copy, res, order, best_k, patience)
     if visited_only and only is None:
         end = np.zeros(trees.n_trees, dtype=np.int64)
         for _, sl in trees.request_slices():
             end[sl] = sl.stop
-        grow(*args, end, trees.accepted, trees.depth)
+        grow(*args, end, trees.accepted, trees.depth, rate, *beta_fold)
     else:
-        grow(*args)
+        grow(*args, None, None, None, rate, *beta_fold)
     return order, best_k
 
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import TINY, hand_trace, tiny_trace
 from ecosim import bitsets
 from ecosim.acceptance import AcceptanceModel, calibrate, calibration_error, sibling_rank
-from ecosim.auto import auto_order, auto_select, grow
+from ecosim.auto import PATIENCE, auto_order, auto_select, grow
 from ecosim.policies.ecospec_auto import pricer, values
 from ecosim.policies.cascade import cascade_choice, utility
 from ecosim.policies.evict import evict_prefix
@@ -42,7 +42,7 @@ def run_grow(parent, value, experts, draft=0.0, layer=None, other=None):
     best = np.zeros(1, dtype=np.int64)
     grow(np.array([0]), np.array([0]), np.array([n]), np.array(parent, dtype=np.int64), np.array(value, dtype=np.float64),
          np.log(np.maximum(value, 1e-300)), ids, np.full((1, 1), np.uint64(2**64 - 1)), layer, other, draft, 0.0,
-         np.zeros((0, 1, 1), dtype=np.uint64), order, best)
+         np.zeros((0, 1, 1), dtype=np.uint64), order, best, PATIENCE)
     return int(best[0]), order
 
 
@@ -69,6 +69,9 @@ def test_auto_stops_at_the_root_when_drafting_costs_more_than_it_returns():
 
 
 def test_auto_matches_confidence_at_the_best_budget_when_experts_are_free(write):
+    # Free experts: the growth order is confidence's and the kept prefix maximises
+    # (1 + V_k) - lambda t_k with lambda the running rate (tokens over seconds of the steps chosen
+    # before; the first tree's plain rate 1 / t_0), worked out here tree by tree.
     trace = read_trace(write(tiny_trace(11, requests=2, positions=30)))
     t = Trees(trace)
     value = np.exp(t.cum_logprob)  # raw values order nodes as confidence does
@@ -79,18 +82,66 @@ def test_auto_matches_confidence_at_the_best_budget_when_experts_are_free(write)
     order = np.zeros(t.n_rows, dtype=np.int64)
     best_k = np.zeros(t.n_trees, dtype=np.int64)
     masks = bitsets.device_masks(TINY.num_experts, 1)
+    rate = np.zeros(2)
     grow(np.arange(t.n_trees), t.start, t.n_nodes, trace.nodes["parent"], value, t.cum_logprob, trace.experts_3d(),
          masks, free, np.repeat(other[None], t.n_trees, 0), draft, 0.0,
-         np.zeros((0, TINY.num_moe_layers, masks.shape[1]), dtype=np.uint64), order, best_k)
+         np.zeros((0, TINY.num_moe_layers, masks.shape[1]), dtype=np.uint64), order, best_k, 0, None, None, None, rate)
     selected = auto_select(t, order, best_k)
+    tokens, seconds = 0.0, 0.0
     for i in range(t.n_trees):
         rows = np.arange(t.start[i], t.start[i] + t.n_nodes[i])
         v = np.sort(value[rows][1:])[::-1]
-        rates = [1 / other[1]] + [(1 + v[:k].sum()) / (other[k + 1] + draft) for k in range(1, len(rows))]
-        k_star = int(np.argmax(rates))
+        lam = tokens / seconds if seconds else 1 / other[1]
+        times = [other[1]] + [other[k + 1] + draft for k in range(1, len(rows))]
+        gains = [1 + v[:k].sum() for k in range(len(rows))]
+        k_star = int(np.argmax([g - lam * x for g, x in zip(gains, times)]))
         assert best_k[i] == k_star
         conf = select_confidence(t, k_star)[rows]
         assert np.array_equal(selected[rows], conf), f"tree {i}"
+        tokens, seconds = tokens + gains[k_star], seconds + times[k_star]
+    assert rate == pytest.approx([tokens, seconds])
+    assert best_k.min() > 0 and (best_k < t.n_nodes - 1).any()  # not degenerate: some prefixes are interior
+
+
+def test_auto_prices_steps_at_the_running_rate_not_each_steps_own():
+    # root {0}, a chain a {1} (worth 0.6) -> b {2} (worth 0.5); F(u) = u s, O(n) = 1 + 0.1 n s.
+    # t(root) = 1 + 1.1 = 2.1, t({a}) = 2 + 1.2 = 3.2, t({a, b}) = 3 + 1.3 = 4.3.
+    # Score (1 + V) - lambda t:
+    #   lambda = 1/2.1 (no history: the plain rate): 0, 1.6 - 1.524 = 0.076, 2.1 - 2.048 = 0.052 -> {a}
+    #   lambda = 5 (a fast history, 10 tokens in 2 s): -9.5, -14.4, -19.4 -> the root alone
+    #   lambda = 0.2 (a slow one, 1 token in 5 s): 0.58, 0.96, 1.24 -> {a, b}
+    # (each step's own best ratio, 1/2.1 = 0.476 < 1.6/3.2 = 0.5 > 2.1/4.3 = 0.488, is {a} whatever came before)
+    parent, value, experts = [-1, 0, 1], [1.0, 0.6, 0.5], [[0], [1], [2]]
+    layer = np.repeat(np.arange(65, dtype=np.float64)[:, None], 5, axis=1)
+    other = (1.0 + 0.1 * np.arange(5))[None, :]
+    ids = np.array([[[0]], [[1]], [[2]]], dtype=np.int16)
+
+    def best_with(rate):
+        order, bk = np.zeros(3, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        grow(np.array([0]), np.array([0]), np.array([3]), np.array(parent, dtype=np.int64), np.array(value), np.log([1.0, 0.6, 0.3]),
+             ids, np.full((1, 1), np.uint64(2**64 - 1)), layer, other, 0.0, 0.0, np.zeros((0, 1, 1), dtype=np.uint64), order, bk,
+             0, None, None, None, rate)
+        return int(bk[0])
+
+    assert run_grow(parent, value, experts)[0] == best_with(np.zeros(2)) == 1
+    assert best_with(np.array([10.0, 2.0])) == 0
+    slow = np.array([1.0, 5.0])
+    assert best_with(slow) == 2
+    assert slow == pytest.approx([1.0 + 2.1, 5.0 + 4.3])  # the chosen step joins the running totals
+
+
+def test_auto_does_not_give_up_before_the_draft_is_paid_for():
+    # A 2 s draft and twelve nodes worth 0.3 each on free experts (F = 0, O(n) = 1 + 0.1 n):
+    # with j nodes the score is 1 + 0.3 j - (1.1 + 0.1 j + 2) / 1.1 = -1.818 + 0.209 j against the
+    # root's 0, so nothing beats the root before the ninth pick, more than PATIENCE (8) picks
+    # without a better score; the growth must still get there, and take all twelve.
+    k = 12
+    parent = [-1] + [0] * k
+    free = np.zeros((65, k + 3))
+    best, _ = run_grow(parent, [1.0] + [0.3] * k, [[0]] * (k + 1), draft=2.0, layer=free)
+    scores = [0.0] + [1 + 0.3 * j - (1.1 + 0.1 * j + 2) / 1.1 for j in range(1, k + 1)]
+    assert max(scores[:PATIENCE + 1]) == 0.0 < scores[PATIENCE + 1]
+    assert best == int(np.argmax(scores)) == k
 
 
 def test_calibration_recovers_a_known_acceptance(write):
@@ -303,3 +354,72 @@ def test_marginal_time_asks_the_placement_which_group_holds_an_expert():
     assert p.marginal_time(np.zeros((3, 8), dtype=bool), 1, node, 10) == pytest.approx(1e-3)
     union = cost.placement.union_per_group(bitsets.pack(np.array([[[6, 7], [-1, -1], [-1, -1]]]), 8), 8)
     assert cost.step_times(union, np.array([2]), np.array([10]), speculative=True)[0] == pytest.approx(1e-3)
+
+
+def test_union_scale_counts_new_experts_in_confidence_order_by_hand():
+    from ecosim.union_scale import new_counts
+    # one tree, one layer: root -> a -> b (cum log-probs 0, -0.1, -0.5)
+    # true routing: root {0}, a {0}, b {1}   -> new: a 0, b 1
+    # predicted:    root {0}, a {2}, b {3}   -> new: a 1, b 1
+    true = np.array([[[0]], [[0]], [[1]]], dtype=np.int16)
+    pred = np.array([[[0]], [[2]], [[3]]], dtype=np.int16)
+    c = new_counts(np.array([0]), np.array([3]), np.array([0.0, -0.1, -0.5]), pred, true, 4, np.array([0]), 1, 4)
+    assert c[0, 1].tolist() == [1.0, 0.0] and c[0, 2].tolist() == [1.0, 1.0] and c[0, 3].tolist() == [0.0, 0.0]
+    # the order is confidence's, not the row order: b first (-0.05), then a
+    c = new_counts(np.array([0]), np.array([3]), np.array([0.0, -0.5, -0.05]), pred, true, 4, np.array([0]), 1, 4)
+    assert c[0, 1].tolist() == [1.0, 1.0] and c[0, 2].tolist() == [1.0, 0.0]
+
+
+def test_union_scale_is_one_for_the_true_routing_and_below_for_a_scattering_prediction(write):
+    from ecosim.union_scale import union_scale
+    trace = read_trace(write(tiny_trace(5, requests=4, positions=40)))
+    t = Trees(trace)
+    beta, fold, in_sample = union_scale(t, trace.experts_3d())
+    assert not in_sample and (beta == 1.0).all() and fold.shape == (t.n_trees,)
+    # any other prediction: beta[f, k] is the true over predicted new experts of the other folds'
+    # trees, pooled over the ranks k - k//4 .. k + k//4 (worked here from new_counts directly)
+    from ecosim.acceptance import fold_of_rows
+    from ecosim.union_scale import new_counts
+    rng = np.random.default_rng(0)
+    noisy = np.concatenate([trace.experts_3d(), rng.integers(0, TINY.num_experts, (*trace.experts_3d().shape[:2], 2),
+                                                               dtype=np.int16)], axis=2)
+    beta, fold, _ = union_scale(t, noisy)
+    assert np.array_equal(fold, fold_of_rows(t)[t.start])
+    ranks = int(t.n_nodes.max()) + 1
+    per_tree = [new_counts(t.start[i:i + 1], t.n_nodes[i:i + 1], t.cum_logprob, noisy, trace.experts_3d(), TINY.num_experts,
+                           np.zeros(1, dtype=np.int64), 1, ranks)[0] for i in range(t.n_trees)]
+    for f in range(4):
+        c = sum(x for x, g in zip(per_tree, fold) if g != f)
+        for k in (1, 4, 8, ranks - 1):
+            lo, hi = max(1, k - k // 4), min(ranks, k + k // 4 + 1)
+            assert beta[f, k] == pytest.approx(c[lo:hi, 1].sum() / c[lo:hi, 0].sum())
+
+
+def test_tree_rescale_fits_the_line_on_the_other_folds_by_hand(write):
+    from ecosim.acceptance import fold_of_rows, rescale_trees
+    trace = read_trace(write(tiny_trace(6, requests=4, positions=30)))
+    t = Trees(trace)
+    fold = fold_of_rows(t)
+    A = t.accept_len.astype(float)
+    # values whose tree sums say nothing about acceptance (b clips at 0): every tree is then worth
+    # the mean observed accepted length of the other folds' trees
+    rng = np.random.default_rng(1)
+    value = np.where(t.depth > 0, rng.uniform(0.05, 0.5, t.n_rows), 1.0)
+    v0 = np.bincount(t.tree_of_row[t.depth > 0], value[t.depth > 0], t.n_trees)
+    v = value.copy()
+    rescale_trees(t, v, fold, 4)
+    got = np.bincount(t.tree_of_row[t.depth > 0], v[t.depth > 0], t.n_trees)
+    tf = fold[t.start]
+    for f in range(4):
+        x, y = v0[tf != f], A[tf != f]
+        b = max(0.0, np.polyfit(x, y, 1)[0])
+        a = y.mean() - b * x.mean()
+        assert np.allclose(got[tf == f], np.maximum(a + b * v0[tf == f], 0), rtol=1e-9)
+    # values that are the acceptance itself are left as they are (a = 0, b = 1)
+    exact = value.copy()
+    exact[t.depth > 0] = 0.0
+    first = t.start + 1  # put each tree's observed accepted length on its first child
+    exact[first[t.n_nodes > 1]] = A[t.n_nodes > 1]
+    keep = exact.copy()
+    assert rescale_trees(t, exact, fold, 4) == pytest.approx(1.0)
+    assert np.allclose(exact, keep)

@@ -1,7 +1,9 @@
-"""`ecospec-auto` (`ecospec --lambda auto` in the issue): per step, the subtree of greatest expected
-tokens per second, (1 + E[accepted]) / t_step, with calibrated values and costs in seconds (auto.py
-holds the growth and why it is where Dinkelbach's iteration settles; marginal.py the pricing;
-acceptance.py the values). No knob to sweep: the predictor and the kind of value only.
+"""`ecospec-auto` (`ecospec --lambda auto` in the issue): the selections of greatest expected tokens
+per second over the run, each step scored at the running rate, (1 + E[accepted]) - lambda t_step,
+with calibrated values and costs in seconds (auto.py holds the growth and why Dinkelbach's
+theorem makes this the throughput optimum; marginal.py the pricing; acceptance.py the values;
+union_scale.py the predicted experts' correction). No knob to sweep: the predictor and the kind
+of value only.
 
 Under offload the cache state a step sees depends on the steps before it, so the trees a request
 visits are selected one at a time along its own trajectory, each with the cache as the previous
@@ -17,6 +19,7 @@ from ecosim import bitsets
 from ecosim.acceptance import calibrate, node_values
 from ecosim.auto import auto_order, auto_select
 from ecosim.marginal import StepPricer
+from ecosim.union_scale import union_scale
 from ecosim.policies.base import Context, Knobs, Policy
 from ecosim.policies.knobs import PREDICTOR, VALUE
 
@@ -59,8 +62,9 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
     assert cost is not None
     pred, value, p, o = ctx.predicted(knobs["predictor"]), values(ctx, knobs["value"]), pricer(ctx), other(ctx)
     ctx_len = t.trace.positions["context_len"]
+    scale = ctx.memo(("union scale", knobs["predictor"]), lambda: union_scale(t, pred)[:2])
     if not cost.placement.stateful:
-        return auto_select(t, *auto_order(t, pred, value, p, ctx_len, visited_only=True, other=o))
+        return auto_select(t, *auto_order(t, pred, value, p, ctx_len, visited_only=True, other=o, scale=scale))
     m, place = ctx.shape, cost.placement
     cache = place.cache(m)
     assert cache is not None
@@ -68,12 +72,13 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
     experts = t.trace.experts_3d()
     out = np.full(t.n_rows, -1, dtype=np.int64), np.zeros(t.n_trees, dtype=np.int64)  # reused, tree by tree
     one = np.zeros(1, dtype=np.int64)
+    rate = np.zeros(2)  # the exchange rate carried along every request's trajectory (auto.py)
     for _, sl in t.request_slices():
         pos = sl.start
         while pos < sl.stop:
             resident = _pack_bool(cache.resident, m.num_experts)[None]
             one[0] = pos
-            order, best_k = auto_order(t, pred, value, p, ctx_len, resident=resident, only=one, other=o, out=out)
+            order, best_k = auto_order(t, pred, value, p, ctx_len, resident=resident, only=one, other=o, out=out, rate=rate, scale=scale)
             a, n = int(t.start[pos]), int(t.n_nodes[pos])
             o_rows, d_rows = order[a : a + n], t.depth[a : a + n]
             pick = (d_rows == 0) | ((o_rows >= 0) & (o_rows < best_k[pos]))
@@ -86,6 +91,6 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
     return selected
 
 
-POLICY = Policy("ecospec-auto", "Per step, the subtree of most expected tokens per second: calibrated acceptance, "
-                "cost in seconds, no lambda (auto.py).", knobs=(PREDICTOR, VALUE), select=select, priced=True,
-                declines=True, weight=lambda knobs, pricings: 10.0 + pricings)
+POLICY = Policy("ecospec-auto", "Per step, the subtree of most expected tokens per second at the run's own "
+                "running rate: calibrated acceptance, cost in seconds, no lambda to tune (auto.py).",
+                knobs=(PREDICTOR, VALUE), select=select, priced=True, declines=True, weight=lambda knobs, pricings: 10.0 + pricings)
