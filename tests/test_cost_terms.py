@@ -68,6 +68,19 @@ def test_an_inter_node_link_adds_its_latency_to_every_collective():
     assert step(c, 0, 1, 5) == pytest.approx(2.2 + 3.384 + 3.0 + 1.0 + 0.1 + 0.5)
 
 
+def test_a_platform_graph_node_cost_adds_to_every_kernel():
+    # hbm as in test_one_layer_one_device_by_hand, on a platform whose graph replay adds 0.05 s per kernel node:
+    # 12 kernels x 0.05 = 0.6 s more; a draft forward's 4 kernels and the bookkeeping kernels pay it too
+    c = CostModel(SHAPE, DEVICE.replace(graph_node_s=0.05), config=CostConfig(serving=PROFILE))
+    assert c.kernel_s == pytest.approx(0.15)
+    assert step(c, 0, 1, 5) == pytest.approx(2.2 + 6.768 + 2.0 + 0.2 + 0.6)
+    d = CostModel(SHAPE, DEVICE.replace(graph_node_s=0.05), config=CostConfig(serving=PROFILE.replace(spec_step_kernels=8.0)),
+                  tree_depth=3, draft=DraftCost("eagle3", 250.0, 4, False))
+    # 3 forwards x (4 x 0.15 + 0.5) + 8 bookkeeping kernels x 0.15
+    assert d.draft_time(True) == pytest.approx(3.3 + 1.2)
+    assert c.describe()["terms"]["graph_node_s"] == 0.05
+
+
 def test_ep2_by_hand():
     # experts 0-3 on device 0, 4-7 on device 1: {0, 1, 5} reads 2 on device 0 (the straggler): 2 x 1000 / 500 = 4,
     # FLOPs halved 0.384; one all-reduce (attention) 1.5; two all-to-alls of (G-1)/G x n k h 2 = 16 bytes: 2 x (0.5 + 1);
