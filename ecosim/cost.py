@@ -104,7 +104,6 @@ class Terms:
     serving: str
     step_fixed_s: float
     kernel_latency_s: float
-    graph_node_s: float
     collective_latency_s: float
     bw_efficiency: float
     compute_efficiency: float
@@ -126,7 +125,6 @@ class Terms:
             serving=s.name,
             step_fixed_s=_first(config.step_overhead_s, device.step_overhead_s, s.step_fixed_s),
             kernel_latency_s=s.kernel_latency_s,
-            graph_node_s=device.graph_node_s,
             collective_latency_s=_first(config.link_latency_s, s.collective_latency_s),
             bw_efficiency=_first(config.bw_efficiency, device.bw_efficiency, s.bw_efficiency),
             compute_efficiency=_first(config.compute_efficiency, device.compute_efficiency, s.compute_efficiency),
@@ -183,7 +181,7 @@ class CostModel:
     def kernel_s(self) -> float:
         """Seconds per kernel on the critical path: tau_k = the serving profile's latency plus the platform's
         own graph-replay cost per kernel node (the device's graph_node_s: 0 on NVIDIA, the reference)."""
-        return self.terms.kernel_latency_s + self.terms.graph_node_s
+        return self.terms.kernel_latency_s + (0.0 if self.experts_only else self.device.graph_node_s)
 
     @property
     def step_overhead(self) -> float:

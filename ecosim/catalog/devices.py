@@ -54,6 +54,8 @@ class Device:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["serving"] = self.serving.to_dict() if self.serving else None
+        if not self.graph_node_s:  # absent where 0: sweep ids (grid.canonical_json) of devices without it stay as before
+            del d["graph_node_s"]
         return d
 
 
