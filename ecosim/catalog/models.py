@@ -70,11 +70,13 @@ class ModelShape:
         - with `act_quant`, one per_token_group_quant_fp8 kernel before each quantised GEMM (SGLang's
           apply_w8a8_block_fp8_linear in python/sglang/srt/layers/quantization/fp8_utils.py and its
           fused-MoE invoke_fused_moe_kernel quantise the activations in a kernel of their own; vLLM's
-          fp8_utils.py the same): attention GQA qkv, o = 2, MLA q_a, q_b, kv_a, o = 4 (the absorbed
-          bmm's counted as BF16); routed gate/up, down = 2; shared experts 2; dense MLP 2.
+          fp8_utils.py the same): attention GQA qkv, o = 2, MLA q_a, q_b, kv_a, o and the two absorbed
+          bmm's, which SGLang runs in FP8 after per_tensor_quant_mla_fp8 (forward_absorb in
+          python/sglang/srt/models/deepseek_v2.py) = 6; routed gate/up, down = 2; shared experts 2;
+          dense MLP 2.
         """
         mla = self.attention == "mla"
-        attn = (10 if mla else 5) + ((4 if mla else 2) if self.act_quant else 0)
+        attn = (10 if mla else 5) + ((6 if mla else 2) if self.act_quant else 0)
         quant = 2 if self.act_quant else 0
         if not moe:
             return attn + 4 + quant
