@@ -311,6 +311,8 @@ class CostModel:
         used: dict[str, object] = {k: v for k, v in asdict(self.terms).items() if k != "draft_time_s"}
         used["step_overhead_s"] = self.step_overhead  # step_fixed_s + kernels_per_step x (kernel_latency_s + graph_node_s)
         used["kernels_per_step"] = self.model.kernels_per_step
+        if self.device.graph_node_s:  # a platform's own cost per kernel node (devices.py), named where it applies
+            used["graph_node_s"] = self.device.graph_node_s
         used["draft_time_s"] = self.draft_time(speculative=True)
         return used
 

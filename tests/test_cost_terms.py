@@ -17,6 +17,7 @@ from ecosim.catalog.devices import Device, get_device
 from ecosim.catalog.drafts import DraftCost, draft_cost
 from ecosim.catalog.models import ModelShape, get_model
 from ecosim.catalog.serving import ServingProfile, load_serving
+from ecosim.cli.options import terms_text
 from ecosim.cost import CostConfig, CostModel
 from ecosim.placements import parse_placement
 
@@ -79,6 +80,8 @@ def test_a_platform_graph_node_cost_adds_to_every_kernel():
     # 3 forwards x (4 x 0.15 + 0.5) + 8 bookkeeping kernels x 0.15
     assert d.draft_time(True) == pytest.approx(3.3 + 1.2)
     assert c.describe()["graph_node_s"] == 0.05 and "graph_node_s" not in DEVICE.to_dict()
+    assert c.applied()["graph_node_s"] == 0.05 and "graph_node_s" not in cost().applied()
+    assert "x (1e+05 us + 5e+04 us the platform's graph node)" in terms_text(c.applied())
 
 
 def test_ep2_by_hand():
