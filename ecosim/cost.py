@@ -20,8 +20,9 @@ the placement (placements/): u_lg distinct experts of layer l's union read by ex
 the fraction of an expert a device reads (1/tp), G expert groups, A_l / X_l all-reduces /
 all-to-alls of layer l; the device (catalog/devices.py): B HBM bandwidth, pi dense peak
 (FP8 where weights are <= 1 byte), B_link, tau_l the link's own latency per collective (0 within
-a node; an inter-node fabric's hops), B_pcie; and the serving profile (catalog/serving.py):
-T_step, tau_k, tau_c, beta, eta_0, the speculative step's kernels K_spec (tree mask, accept walk,
+a node; an inter-node fabric's hops), B_pcie, g the platform's graph-replay cost per kernel node
+beyond the NVIDIA reference (0 on NVIDIA); and the serving profile (catalog/serving.py): T_step,
+tau_k = kernel_latency_s + g, tau_c, beta, eta_0, the speculative step's kernels K_spec (tree mask, accept walk,
 KV compaction) and K_level per draft level (top-k, parent select), its exposed host time T_sync
 (zero where the engine overlaps it: spec_overlap), and the grouped-GEMM efficiency
 
@@ -177,11 +178,17 @@ class CostModel:
         return raw * self.terms.compute_efficiency
 
     @property
+    def kernel_s(self) -> float:
+        """Seconds per kernel on the critical path: tau_k = the serving profile's latency plus the platform's
+        own graph-replay cost per kernel node (the device's graph_node_s: 0 on NVIDIA, the reference)."""
+        return self.terms.kernel_latency_s + (0.0 if self.experts_only else self.device.graph_node_s)
+
+    @property
     def step_overhead(self) -> float:
         """Fixed seconds per step: T_step + K tau_k (0 under experts-only)."""
         if self.experts_only:
             return 0.0
-        return self.terms.step_fixed_s + self.model.kernels_per_step * self.terms.kernel_latency_s
+        return self.terms.step_fixed_s + self.model.kernels_per_step * self.kernel_s
 
     def check(self, context_tokens: int) -> None:
         """Refuse a placement whose weights and KV do not fit a device (placements/base.py)."""
@@ -193,7 +200,7 @@ class CostModel:
         d = self.draft
         if d is None or self.experts_only:
             return 0.0
-        t = d.forward_kernels * self.terms.kernel_latency_s + d.forward_bytes / self.placement.dense_share / self.bw
+        t = d.forward_kernels * self.kernel_s + d.forward_bytes / self.placement.dense_share / self.bw
         one = np.ones(1)
         dense = (d.layers - d.moe_layers) * self.collective_time(one, moe=False)
         return float(t + dense[0] + d.moe_layers * self.collective_time(one, moe=True)[0])
@@ -203,7 +210,7 @@ class CostModel:
         kernels (per step and per draft level) and the host time its sync exposes, unless the
         engine overlaps it (the serving profile's spec_* fields)."""
         t = self.terms
-        kernels = (t.spec_step_kernels + self.tree_depth * t.spec_level_kernels) * t.kernel_latency_s
+        kernels = (t.spec_step_kernels + self.tree_depth * t.spec_level_kernels) * self.kernel_s
         return kernels + self.tree_depth * t.spec_level_s + (0.0 if t.spec_overlap else t.spec_sync_s)
 
     def draft_time(self, speculative: bool) -> float:
@@ -302,8 +309,10 @@ class CostModel:
         if self.experts_only:  # routed-expert bytes at the raw bandwidth, nothing else
             return {"bw_efficiency": 1.0, "step_overhead_s": 0.0, "draft_time_s": 0.0}
         used: dict[str, object] = {k: v for k, v in asdict(self.terms).items() if k != "draft_time_s"}
-        used["step_overhead_s"] = self.step_overhead  # step_fixed_s + kernels_per_step x kernel_latency_s
+        used["step_overhead_s"] = self.step_overhead  # step_fixed_s + kernels_per_step x (kernel_latency_s + graph_node_s)
         used["kernels_per_step"] = self.model.kernels_per_step
+        if self.device.graph_node_s:  # a platform's own cost per kernel node (devices.py), named where it applies
+            used["graph_node_s"] = self.device.graph_node_s
         used["draft_time_s"] = self.draft_time(speculative=True)
         return used
 

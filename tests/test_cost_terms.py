@@ -17,6 +17,7 @@ from ecosim.catalog.devices import Device, get_device
 from ecosim.catalog.drafts import DraftCost, draft_cost
 from ecosim.catalog.models import ModelShape, get_model
 from ecosim.catalog.serving import ServingProfile, load_serving
+from ecosim.cli.options import terms_text
 from ecosim.cost import CostConfig, CostModel
 from ecosim.placements import parse_placement
 
@@ -66,6 +67,21 @@ def test_an_inter_node_link_adds_its_latency_to_every_collective():
     # tp:2 as above, with a link that adds 0.25 s per collective: 2 all-reduces, 0.5 s more
     c = CostModel(SHAPE, DEVICE.replace(link_latency_s=0.25), parse_placement("tp:2"), CostConfig(serving=PROFILE))
     assert step(c, 0, 1, 5) == pytest.approx(2.2 + 3.384 + 3.0 + 1.0 + 0.1 + 0.5)
+
+
+def test_a_platform_graph_node_cost_adds_to_every_kernel():
+    # hbm as in test_one_layer_one_device_by_hand, on a platform whose graph replay adds 0.05 s per kernel node:
+    # 12 kernels x 0.05 = 0.6 s more; a draft forward's 4 kernels and the bookkeeping kernels pay it too
+    c = CostModel(SHAPE, DEVICE.replace(graph_node_s=0.05), config=CostConfig(serving=PROFILE))
+    assert c.kernel_s == pytest.approx(0.15)
+    assert step(c, 0, 1, 5) == pytest.approx(2.2 + 6.768 + 2.0 + 0.2 + 0.6)
+    d = CostModel(SHAPE, DEVICE.replace(graph_node_s=0.05), config=CostConfig(serving=PROFILE.replace(spec_step_kernels=8.0)),
+                  tree_depth=3, draft=DraftCost("eagle3", 250.0, 4, False))
+    # 3 forwards x (4 x 0.15 + 0.5) + 8 bookkeeping kernels x 0.15
+    assert d.draft_time(True) == pytest.approx(3.3 + 1.2)
+    assert c.describe()["graph_node_s"] == 0.05 and "graph_node_s" not in DEVICE.to_dict()
+    assert c.applied()["graph_node_s"] == 0.05 and "graph_node_s" not in cost().applied()
+    assert "x (1e+05 us + 5e+04 us the platform's graph node)" in terms_text(c.applied())
 
 
 def test_ep2_by_hand():

@@ -51,6 +51,21 @@ def test_dtype_rescales_expert_bytes():
     assert at_dtype(q, "fp8").dense_bytes < q.dense_bytes and at_dtype(q, "fp8").bytes_per_param == 1.0
 
 
+def test_block_fp8_adds_one_activation_quantisation_kernel_per_quantised_gemm():
+    # Qwen3 (GQA, no shared expert) per layer: 5 + 7 = 12 kernels; FP8 adds qkv, o, gate/up, down: 16
+    q = get_model("qwen3-30b-a3b")
+    assert q.kernels_per_layer(True) == 12 and at_dtype(q, "fp8").kernels_per_layer(True) == 16
+    assert at_dtype(q, "fp8").kernels_per_step == 48 * 16 and at_dtype(q, "bf16").kernels_per_step == 48 * 12
+    # DeepSeek (MLA, one shared expert): MoE layer 10 + 7 + 3 = 20, FP8 + q_a, q_b, kv_a, o, the two absorbed bmm's
+    # + 2 routed + 2 shared = 30; dense layer 10 + 4 = 14, FP8 + 6 + 2 = 22; 58 MoE and 3 dense layers
+    d = at_dtype(get_model("deepseek-v3.1"), "fp8")
+    assert (d.kernels_per_layer(True), d.kernels_per_layer(False)) == (30, 22)
+    assert d.kernels_per_step == 58 * 30 + 3 * 22
+    # TensorRT-LLM fuses the NVFP4 activation quantisation into its all-reduce + RMSNorm kernel: no extra kernel
+    assert at_dtype(get_model("deepseek-v3.1"), "nvfp4").kernels_per_step == 58 * 20 + 3 * 14
+    assert "act_quant" not in q.to_manifest() and d.to_manifest()["act_quant"] is True
+
+
 def test_no_fit_uses_the_profile_as_shipped():
     plain = [r for r in ROWS if r["sim"] and (r["metric"] in PLAIN or r["fit"])]
     base = load_serving("cuda-graphs")

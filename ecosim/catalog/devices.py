@@ -44,6 +44,9 @@ class Device:
     # s per collective that the link itself adds beyond the serving profile's collective latency: 0 on one
     # node's NVLink (the profile's fitted latency holds it); an inter-node fabric (InfiniBand) adds its hops.
     link_latency_s: float = 0.0
+    # s per kernel that this platform's graph replay adds beyond the NVIDIA CUDA-graph reference on which the
+    # serving profiles' kernel_latency_s is fitted (0 on NVIDIA devices; the HIP runtime's per-node cost on AMD).
+    graph_node_s: float = 0.0
 
     def replace(self, **changes: Any) -> Device:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -51,6 +54,8 @@ class Device:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["serving"] = self.serving.to_dict() if self.serving else None
+        if not self.graph_node_s:  # absent where 0: sweep ids (grid.canonical_json) of devices without it stay as before
+            del d["graph_node_s"]
         return d
 
 

@@ -35,6 +35,9 @@ class ModelShape:
     # Weight bytes per parameter as stored (1 for FP8, 2 for BF16, 0.53 for MXFP4 with scales).
     bytes_per_param: float = 2.0
     source: str = ""
+    # Weights in block FP8 with dynamic activation quantisation (W8A8, as SGLang and vLLM serve DeepSeek's
+    # and Qwen's FP8 checkpoints): every quantised GEMM is preceded by its own activation-quantisation kernel.
+    act_quant: bool = False
 
     @property
     def num_moe_layers(self) -> int:
@@ -63,12 +66,21 @@ class ModelShape:
           v absorb, o projection = 10;
         - MoE: post-attention norm, router GEMM, top-k, grouped gate/up, activation, grouped down,
           combine = 7, plus gate/up, activation, down of the shared experts = 3;
-        - dense MLP: post-attention norm, gate/up, activation, down = 4.
+        - dense MLP: post-attention norm, gate/up, activation, down = 4;
+        - with `act_quant`, one per_token_group_quant_fp8 kernel before each quantised GEMM (SGLang's
+          apply_w8a8_block_fp8_linear in python/sglang/srt/layers/quantization/fp8_utils.py and its
+          fused-MoE invoke_fused_moe_kernel quantise the activations in a kernel of their own; vLLM's
+          fp8_utils.py the same): attention GQA qkv, o = 2, MLA q_a, q_b, kv_a, o and the two absorbed
+          bmm's, which SGLang runs in FP8 after per_tensor_quant_mla_fp8 (forward_absorb in
+          python/sglang/srt/models/deepseek_v2.py) = 6; routed gate/up, down = 2; shared experts 2;
+          dense MLP 2.
         """
-        attn = 10 if self.attention == "mla" else 5
+        mla = self.attention == "mla"
+        attn = (10 if mla else 5) + ((6 if mla else 2) if self.act_quant else 0)
+        quant = 2 if self.act_quant else 0
         if not moe:
-            return attn + 4
-        return attn + 7 + (3 if self.num_shared_experts else 0)
+            return attn + 4 + quant
+        return attn + 7 + quant + ((3 + quant) if self.num_shared_experts else 0)
 
     @property
     def kernels_per_step(self) -> int:
@@ -79,6 +91,8 @@ class ModelShape:
     def to_manifest(self) -> dict[str, Any]:
         d = asdict(self)
         d["moe_layers"] = list(self.moe_layers)
+        if not self.act_quant:  # absent where false: manifests (and trace fingerprints) of other shapes stay as before
+            del d["act_quant"]
         return d
 
     @classmethod

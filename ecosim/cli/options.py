@@ -73,8 +73,11 @@ def terms_text(used: dict[str, object]) -> str:
         return "cost experts-only, routed-expert bytes at the raw bandwidth"
     f = {k: float(v) for k, v in used.items() if isinstance(v, (int, float))}
     kernels = f"{int(f['kernels_per_step'])} kernels" if "kernels_per_step" in f else "kernels"
+    tau = f"{f['kernel_latency_s'] * 1e6:.4g} us"
+    if f.get("graph_node_s"):  # the platform's own graph-replay cost per kernel node (devices.py)
+        tau = f"({tau} + {f['graph_node_s'] * 1e6:.4g} us the platform's graph node)"
     return (f"profile {used['serving']}: step fixed {f['step_fixed_s'] * 1e6:.4g} us + {kernels} "
-            f"x {f['kernel_latency_s'] * 1e6:.4g} us, collective {f['collective_latency_s'] * 1e6:.4g} us, "
+            f"x {tau}, collective {f['collective_latency_s'] * 1e6:.4g} us, "
             f"bw eff {f['bw_efficiency']:.3g}, compute eff {f['compute_efficiency']:.3g}, GEMM tile {f['gemm_tile_rows']:g} rows, "
             f"overlap {used['overlap']}, memory fraction {f['memory_fraction']:.3g}, "
             f"speculative step +{int(f['spec_step_kernels'])} kernels + {int(f['spec_level_kernels'])} kernels and "
@@ -98,7 +101,13 @@ def used_terms(settings: Settings, pricings: list[Pricing]) -> dict[str, dict[st
     by_hw = {p.hardware: p for p in pricings}
     if settings.cost.mode == "experts-only":
         return {hw: {} for hw in by_hw}
-    return {hw: asdict(Terms.resolve(settings.cost, settings.device(p))) for hw, p in by_hw.items()}
+    out = {}
+    for hw, p in by_hw.items():
+        device = settings.device(p)
+        out[hw] = asdict(Terms.resolve(settings.cost, device))
+        if device.graph_node_s:  # the platform's own cost per kernel node, named where it applies (devices.py)
+            out[hw]["graph_node_s"] = device.graph_node_s
+    return out
 
 
 def used_lines(used: dict[str, dict[str, Any]], cost: CostConfig) -> list[str]:
