@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "quality":
                 from bench import quality
 
-                quality.run(report, cache, args.quick, *((requests, positions) if args.quick else (4, 250)), routing=args.routing)
+                quality.run(report, cache, args.quick, *((requests, positions) if args.quick else (16, 250)), routing=args.routing)
         except ImportError as e:  # an optional extra (torch, ray) that is not installed
             report.skipped[name] = f"needs {e.name or e}: pip install -e '.[models,ray]'"
             print(f"  skipped: {report.skipped[name]}", flush=True)
