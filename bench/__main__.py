@@ -101,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine(), "quick": args.quick, "benches": only,
         "synthetic_traces": f"{requests} requests x {positions} positions, 60-candidate trees (ecosim synth, seed 0, "
-                            "each shape's shipped routing preset)",
+                            "each shape's shipped routing preset)"
+                            + ("" if args.quick else "; the quality bench's: 16 requests x 250 positions"),
         "routing": str(args.routing) if args.routing.is_dir() else None,
     })
     t_start = time.perf_counter()
