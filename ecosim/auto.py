@@ -34,6 +34,14 @@ the prefix holding both is kept if it beats every shorter one; a greedy step wou
 the first's negative score. The root-only prefix is priced without the draft, so the policy stops
 at the root when drafting costs more than it returns at the run's rate.
 
+A frontier node worth less than lambda times the least any node can cost from here on (one more
+token with no new expert, the minimum over the cost table's expert counts and the token counts
+still to come) is never priced: no selection that holds it scores more than the same selection
+without it and its subtree (it cannot make a sibling cheaper by more than it costs itself), and
+its descendants, worth no more than it, are no better; so the growth ends as soon as the frontier
+holds only such nodes. It never lowers a step's score; without the patience heuristic it changes
+no selection, only how soon the growth stops.
+
 Growth stops when even taking every remaining node at no extra time could not beat the best score,
 1 + V + V_remaining - lambda t(S) <= best (exact: no node lowers the time), or, a heuristic that
 keeps the replay fast, after PATIENCE picks in a row that did not raise the best score once some
@@ -138,6 +146,13 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
     bits_flat, buf_flat = bits.reshape(n_max, LW), buf.reshape(LW)  # views: a node's words in one run
     res_flat = resident.reshape(resident.shape[0], LW)
     slope = 0.0
+    T = min(layer.shape[1], other.shape[1])
+    step_min = np.zeros(T)  # least seconds one more token adds to a layer, over every count of experts
+    for j in range(T - 1):
+        step_min[j] = layer[0, j + 1] - layer[0, j]
+        for e in range(1, layer.shape[0]):
+            step_min[j] = min(step_min[j], layer[e, j + 1] - layer[e, j])
+    tail = np.zeros(T)
     i = 0
     while i < len(trees):
         tree = trees[i]
@@ -167,6 +182,9 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                 m = max(m, layer[u[l, d], tok])
             layers_now += m
         t0 = layers_now + copy * miss + other[tree, tok]
+        tail[T - 1] = np.inf  # tail[k]: the least one more token costs from k tokens on
+        for j in range(T - 2, -1, -1):
+            tail[j] = min(tail[j + 1], other[tree, j + 1] - other[tree, j] + L * step_min[j])
         lam = rate[0] / rate[1] if rate is not None and rate[1] > 0.0 else 1.0 / t0
         best_score = 1.0 - lam * t0
         best = 0
@@ -190,6 +208,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                     m = max(m, layer[u[l, d], tok + 1])
                 base_next[l] = m
             fixed = other[tree, tok + 1] - other[tree, tok] - layers_now
+            floor = tail[tok]  # the least any further node can cost: one more token, no new expert
             for j in range(col.shape[0]):  # F(., tok + 1) as one contiguous column
                 col[j] = layer[j, tok + 1]
             # One group and F(., tok + 1) affine from the emptiest layer's count up (memory-bound
@@ -212,8 +231,8 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
             b = beta[fold[tree], min(tok, beta.shape[1] - 1)] if beta is not None else 1.0  # this pick's rank: tok
             pick, pick_dt, pick_ratio = -1, 0.0, -1.0
             for x in range(1, n):
-                if not front[x]:
-                    continue
+                if not front[x] or value[s0 + x] < lam * floor:
+                    continue  # worth less than its token's time even with free experts: so is its subtree
                 r = s + x
                 dt = fixed
                 if affine:
