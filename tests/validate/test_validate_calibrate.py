@@ -175,3 +175,37 @@ def test_trace_design_forces_recorded_subtrees(self_trace):
     samples = measure(FakeBench(clock, truth, noise=0.0), clock, CalibConfig(repeats=1, contexts=(16, 48)), design=cases)
     f = fit(samples, SHAPE)
     assert f.bw == pytest.approx(truth.hbm_bw, rel=1e-6) and f.overhead_s == pytest.approx(truth.step_overhead_s, rel=1e-6)
+
+
+def test_a_calibrated_profile_prices_ar_and_speculative_steps_with_the_same_terms():
+    """By hand (SHAPE: e = 2,359,296 B per expert, 589,824 parameters; dense 3.5 MB = 875,000
+    parameters; KV 3072 B per token; 4 MoE layers x top-4): bw 10 GB/s, 20 GFLOP/s, 5 ms overhead,
+    12 ms draft. A one-token (ar) step, 16 experts, context 100:
+    bytes 16 e + 3.5e6 + 101 x 3072 = 41,559,008 -> 4.1559008 ms; FLOPs 2 (16 x 589,824 + 875,000)
+    = 20,624,368 -> 1.0312184 ms; + 5 ms = 10.1871192 ms. The same step speculative: + the draft
+    only (12 ms). A 3-token speculative step, union 22: 55,720,928 B -> 5.5720928 ms, 61,873,104
+    FLOPs -> 3.0936552 ms, + 5 + 12 = 25.665748 ms. Per-layer kernel latency and the per-step
+    term are one constant on one device: moving 48 kernels x 50 us from one to the other prices
+    every step alike (the fit's overhead is their sum)."""
+    import dataclasses
+
+    from validate.calibrate import Fit, device_of
+
+    f = Fit(bw=10e9, peak=20e9, overhead_s=5e-3, draft_time_s=12e-3, overlap="sum", cases=3, rel_rmse=0.0,
+            max_rel_err=0.0, r2=1.0)
+    dev = device_of(f, "hand", 1e9)
+    cost = CostModel(SHAPE, dev, config=CostConfig())
+    union = np.array([[4, 4, 4, 4], [6, 5, 4, 7]], dtype=np.float64)
+    tokens, ctx = np.array([1, 3]), np.array([100, 100])
+    plain = cost.step_times(union, tokens, ctx, speculative=False)
+    spec = cost.step_times(union, tokens, ctx, speculative=True)
+    assert plain[0] == pytest.approx(10.1871192e-3, rel=1e-12)
+    assert spec[0] == pytest.approx(22.1871192e-3, rel=1e-12)
+    assert spec[1] == pytest.approx(25.665748e-3, rel=1e-12)
+    assert np.allclose(spec - plain, 12e-3, rtol=0, atol=1e-15)  # no speculative term beyond the measured draft
+    assert SHAPE.kernels_per_step == 48
+    moved = dataclasses.replace(dev, step_overhead_s=5e-3 - 48 * 50e-6,
+                                serving=dataclasses.replace(dev.serving, step_fixed_s=5e-3 - 48 * 50e-6, kernel_latency_s=50e-6))
+    cost2 = CostModel(SHAPE, moved, config=CostConfig())
+    assert np.allclose(cost2.step_times(union, tokens, ctx, speculative=True), spec, rtol=1e-12)
+    assert np.allclose(cost2.step_times(union, tokens, ctx, speculative=False), plain, rtol=1e-12)

@@ -78,3 +78,18 @@ def test_exit_codes_are_in_the_help(capsys):
         assert main([cmd, "--help"]) == 0
         text = " ".join(capsys.readouterr().out.split())
         assert "3 a fidelity target missed" in text and "1 not lossless" in text and "--no-fail" in text
+
+
+def test_fresh_eight_prompt_run_with_a_token_winner_meets_the_targets(tmp_path):
+    """Issue 17's last test: a fresh run (8 prompts, winner of a `token` sweep, CPU clock) within
+    the targets: mean absolute error <= 3%, worst <= 8%, ranking preserved, winner faster than
+    confidence (data/ecosim-tiny-x256-cpu-8p/README.md)."""
+    d = tmp_path / "run"
+    shutil.copytree(DATA / "ecosim-tiny-x256-cpu-8p", d)
+    doc = compare_run(d)
+    measured = json.loads((d / "measured.json").read_text())
+    assert len(measured["requests"]) == 8 and measured["environment"]["clock"] == "cpu"
+    assert doc["policies"][0]["predictor"] == "token" and doc["policies"][0]["policy"] == "ecospec"
+    assert [p["policy"] for p in doc["policies"]] == ["ecospec", "ar", "confidence"]
+    assert all(t["met"] for t in doc["targets"].values()), doc["targets"]
+    assert doc["mae_pct"] <= 3.0 and doc["worst_pct"] <= 8.0 and doc["ranking_preserved"]
