@@ -53,7 +53,7 @@ def test_eagle3_trace_follows_the_same_continuation_as_the_dense_one(task):
     e, d = read_trace(ROOT / "traces" / f"eagle3-{task}"), read_trace(ROOT / "traces" / task)
     assert e.manifest["draft"]["kind"] == "eagle3" and d.manifest["draft"]["kind"] == "model"
     assert e.manifest["draft"]["source"] == "models/ecosim-tiny/eagle3"
-    assert e.manifest["draft"]["bytes"] < d.manifest["draft"]["bytes"] / 2
+    assert e.manifest["draft"]["bytes"] < 0.75 * d.manifest["draft"]["bytes"]  # 0.69x (the head's card)
     assert e.manifest["tree"] == d.manifest["tree"] and e.manifest["model"] == d.manifest["model"]
     for req in e.manifest["requests"]:
         rid = req["request_id"]

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from tracer import feature_cache
 from tracer.corpus import LICENCE, collect, split
 from tracer.drafts.eagle3 import Eagle3Config, Eagle3Head
+from tracer.eagle3_warm import warm_start
 from tracer.feature_cache import FeatureCache, features
 from tracer.routing import decoder_layers
 from tracer.train_pair import Windows, encode_stream, eval_windows, fmt_time, lr_at
@@ -113,20 +114,6 @@ def agreement(head: Eagle3Head, embed, batches, ids: torch.Tensor, steps: int) -
     return [round(a / n, 4) for a in tot]
 
 
-def warm_start(head: Eagle3Head, path: Path, target) -> None:
-    """Load the head in `path` into `head` (a fresh one of this run's config): why: a longer training
-    continues from a committed head instead of paying again for the steps that made it."""
-    from tracer.drafts.eagle3 import load_head
-    from tracer.errors import TracerError
-
-    tc = target.config
-    old, _ = load_head(path, tc.num_hidden_layers, tc.hidden_size, tc.vocab_size)
-    if old.cfg.to_json() != head.cfg.to_json() or not torch.equal(old.d2t, head.d2t):
-        raise TracerError(f"--init {path}: a head of another shape, layers or draft vocabulary than this run's "
-                          "(--intermediate, --layers, --draft-vocab and the training counts must match)")
-    head.load_state_dict(old.state_dict())
-
-
 def save_head(head: Eagle3Head, out: Path) -> None:
     """config.json + model.safetensors under the public names (what `--draft eagle3:PATH` loads)."""
     from safetensors.torch import save_file
@@ -156,7 +143,8 @@ def main(argv=None) -> int:
     ap.add_argument("--init", type=Path, default=None,
                     help="warm-start from this head directory (config.json + model.safetensors, e.g. the committed "
                          "models/ecosim-tiny/eagle3): its weights replace the fresh ones, under this run's schedule; "
-                         "its shape, layers and draft vocabulary must be this run's")
+                         "its layers and attention must be this run's; a wider --intermediate and a --draft-vocab that "
+                         "holds its vocabulary grow it, computing what it did (tracer/eagle3_warm.py)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--val-tokens", type=int, default=16384, help="validation tokens for the final agreement")
     ap.add_argument("--log-every", type=int, default=25, help="print every N steps")

@@ -97,7 +97,8 @@ def test_training_unroll_equals_the_chained_head_at_inference(tiny_dirs, tmp_pat
 
 def test_init_warm_starts_from_a_head_and_refuses_another_shape(tiny_dirs, target, tmp_path):
     """`--init DIR`: at learning rate 0 the written head is the init head bit for bit (so training
-    continues from it); a head of another width is refused with a one-line error."""
+    continues from it); a narrower head or a vocabulary without the init's tokens is refused with a
+    one-line error; a wider MLP and a larger draft vocabulary grow it, computing what it did."""
     from safetensors.torch import load_file
 
     from tracer.errors import TracerError
@@ -118,5 +119,24 @@ def test_init_warm_starts_from_a_head_and_refuses_another_shape(tiny_dirs, targe
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert not torch.equal(a["fc.weight"], c["fc.weight"])  # without --init the seed-1 head is another one
     assert json.loads((warm / "train_metrics.json").read_text())["init"] == str(first)
-    with pytest.raises(TracerError, match="another shape"):
-        main(common + ["--out", str(tmp_path / "bad"), "--steps", "1", "--intermediate", "48", "--init", str(first)])
+    with pytest.raises(TracerError, match="another shape"):  # narrower than the init head
+        main(common + ["--out", str(tmp_path / "bad"), "--steps", "1", "--intermediate", "16", "--init", str(first)])
+    with pytest.raises(TracerError, match="another shape"):  # a draft vocabulary without some of its tokens
+        main(common + ["--out", str(tmp_path / "bad"), "--steps", "1", "--intermediate", "32", "--draft-vocab", "32",
+                       "--init", str(first)])
+
+    # grown: a wider MLP and the whole target vocabulary compute what the init head did (at lr 0)
+    assert main(common + ["--draft-vocab", str(V), "--out", str(tmp_path / "grown"), "--steps", "2", "--lr", "0",
+                          "--seed", "1", "--intermediate", "48", "--init", str(first)]) == 0  # the last --draft-vocab wins
+    from tracer.train_eagle3 import unroll
+
+    (old, _), (new, _) = (load_head(d, 3, target.config.hidden_size, V) for d in (first, tmp_path / "grown"))
+    assert new.cfg.intermediate_size == 48 and new.cfg.draft_vocab_size == V and bool(new.t2d.all())
+    x = torch.randint(3, V, (1, 12), generator=torch.Generator().manual_seed(7))
+    _, feats = features(target, [0, 1, 2], x)
+    emb = target.get_input_embeddings()(x)
+    with torch.no_grad():
+        lo, ln = unroll(old, emb, feats, 3), unroll(new, emb, feats, 3)
+    for a_k, b_k in zip(lo, ln):  # every TTT step, the old draft tokens' logits (the grown head's ids are the target's)
+        torch.testing.assert_close(b_k[..., old.target_ids()], a_k, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(new.midlayer.mlp.gate_proj.weight[32:], torch.zeros(16, target.config.hidden_size))

@@ -275,5 +275,5 @@ def test_the_committed_eagle3_head_loads_on_its_target_and_reads_less_than_the_d
     pair = load_pair(str(root), f"eagle3:{root / 'eagle3'}")
     dense = load_pair(str(root))
     assert pair.draft_info["kind"] == "eagle3" and dense.draft_info["kind"] == "model"
-    assert pair.draft_info["bytes"] < dense.draft_info["bytes"] / 2
+    assert pair.draft_info["bytes"] < 0.75 * dense.draft_info["bytes"]  # 0.69x since the full-vocabulary head (its card)
     assert pair.draft_info["name"] == "ecosim-tiny/eagle3"
