@@ -28,14 +28,26 @@ from ecosim.acceptance import fold_of_rows
 from ecosim.tree import Trees
 
 
+@njit(cache=True, inline="always")
+def _mark(ids, x, seen):
+    """Mark row x's experts (ids (rows, layers, m), -1 pads) in seen (layers, experts); return how many were new."""
+    c = 0
+    for l in range(ids.shape[1]):
+        for j in range(ids.shape[2]):
+            e = ids[x, l, j]
+            if e >= 0 and not seen[l, e]:
+                seen[l, e] = True
+                c += 1
+    return c
+
+
 @njit(cache=True)
 def new_counts(start, n_nodes, cum_logprob, predicted, true, num_experts, fold, n_folds, ranks):
     """(folds, ranks, 2) predicted and true new experts of the k-th non-root node of each tree (k =
     1 .. ranks - 1), each counted against the union of the nodes before it in confidence order."""
     out = np.zeros((n_folds, ranks, 2))
-    layers = predicted.shape[1]
-    seen_p = np.zeros((layers, num_experts), dtype=np.bool_)
-    seen_t = np.zeros((layers, num_experts), dtype=np.bool_)
+    seen_p = np.zeros((predicted.shape[1], num_experts), dtype=np.bool_)
+    seen_t = np.zeros((true.shape[1], num_experts), dtype=np.bool_)
     for i in range(len(start)):
         s0, n = start[i], n_nodes[i]
         order = s0 + np.argsort(-cum_logprob[s0:s0 + n], kind="mergesort")  # stable: ties by id
@@ -50,19 +62,11 @@ def new_counts(start, n_nodes, cum_logprob, predicted, true, num_experts, fold, 
             else:
                 x = order[k - 1]
                 rank += 1
-            for l in range(layers):
-                for j in range(predicted.shape[2]):
-                    e = predicted[x, l, j]
-                    if e >= 0 and not seen_p[l, e]:
-                        seen_p[l, e] = True
-                        if x != s0:
-                            out[f, rank, 0] += 1.0
-                for j in range(true.shape[2]):
-                    e = true[x, l, j]
-                    if e >= 0 and not seen_t[l, e]:
-                        seen_t[l, e] = True
-                        if x != s0:
-                            out[f, rank, 1] += 1.0
+            c_p = _mark(predicted, x, seen_p)
+            c_t = _mark(true, x, seen_t)
+            if x != s0:
+                out[f, rank, 0] += c_p
+                out[f, rank, 1] += c_t
     return out
 
 
