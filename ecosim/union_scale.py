@@ -53,20 +53,15 @@ def new_counts(start, n_nodes, cum_logprob, predicted, true, num_experts, fold, 
         order = s0 + np.argsort(-cum_logprob[s0:s0 + n], kind="mergesort")  # stable: ties by id
         seen_p[:] = False
         seen_t[:] = False
+        _mark(predicted, s0, seen_p)  # the root first: what every other node is new against
+        _mark(true, s0, seen_t)
         f, rank = fold[i], 0
-        for k in range(n + 1):  # the root first, then every other node in confidence order
-            if k == 0:
-                x = s0
-            elif order[k - 1] == s0:
+        for x in order:  # then every other node in confidence order
+            if x == s0:
                 continue
-            else:
-                x = order[k - 1]
-                rank += 1
-            c_p = _mark(predicted, x, seen_p)
-            c_t = _mark(true, x, seen_t)
-            if x != s0:
-                out[f, rank, 0] += c_p
-                out[f, rank, 1] += c_t
+            rank += 1
+            out[f, rank, 0] += _mark(predicted, x, seen_p)
+            out[f, rank, 1] += _mark(true, x, seen_t)
     return out
 
 
