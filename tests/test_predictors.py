@@ -381,3 +381,10 @@ def test_cli_compare_json_schema_and_markdown(traces: dict[str, Path], capsys: p
     code, out, err = _run([*argv, "--markdown", "--json"], capsys)
     assert code == 2 and "alternatives" in err
 
+
+
+def test_only_the_oracle_reads_the_routing():
+    from ecosim.predictors import BUILTIN, KINDS, reads_routing
+    assert reads_routing("oracle") and OraclePredictor.reads_routing
+    assert not any(reads_routing(n) for n in [*KINDS, "none", "models/some-file.npz", None])
+    assert [n for n, cls in BUILTIN.items() if cls.reads_routing] == ["oracle"]

@@ -57,7 +57,7 @@ from ecosim.catalog.devices import get_device
 from ecosim.cost import NOT_MODELLED, CostConfig
 from ecosim.errors import EcoSimError
 from ecosim.placements import Hbm
-from ecosim.predictors import get_predictor
+from ecosim.predictors import get_predictor, reads_routing
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
 from ecosim.trace.io import read_trace
@@ -178,7 +178,7 @@ def compare_run(run_dir: Path, hardware: str | None = None, out: Path | None = N
             "verify_s": float(st["verify_s"].mean()),
             "simulated_draft_s": float(cost.draft_time(spec.speculative)), "simulated_verify_s": float(sim_verify.mean()),
             "tokens_per_step": tokens / st.height,
-            "live_trees_in_trace": int(st["tree_in_trace"].fill_null(False).sum()) if spec.predictor == "oracle" else None,
+            "live_trees_in_trace": int(st["tree_in_trace"].fill_null(False).sum()) if reads_routing(spec.predictor) else None,
             "peeks": int(st["peeked"].sum()),
         })
         for r, s_sim, b in zip(st.iter_rows(named=True), sim_steps, nbytes):

@@ -28,7 +28,7 @@ import numpy as np
 from ecosim.catalog.models import ModelShape
 from ecosim.errors import EcoSimError
 from ecosim.policies import Context, PolicySpec
-from ecosim.predictors import ExpertPredictor, KINDS, get_predictor
+from ecosim.predictors import ExpertPredictor, KINDS, get_predictor, reads_routing
 from ecosim.trace.io import Trace
 from ecosim.tree import Trees
 
@@ -110,7 +110,7 @@ class OracleLookup:
 
 
 class Selector:
-    """One policy, applied to live trees; `needs_true_experts` for the oracle predictor."""
+    """One policy, applied to live trees; `needs_true_experts` for a predictor that reads the routing (oracle)."""
 
     def __init__(self, spec: PolicySpec, shape: ModelShape, recorded: Trace | None = None,
                  predictor: ExpertPredictor | None = None):
@@ -121,7 +121,7 @@ class Selector:
         self.spec, self.shape = spec, shape
         self.width = shape.num_moe_layers * shape.top_k
         self.manifest_model = shape.to_manifest()
-        self.needs_true_experts = spec.predictor == "oracle"
+        self.needs_true_experts = reads_routing(spec.predictor)
         self.lookup: OracleLookup | None = None
         self._fold_models: dict[int, ExpertPredictor] = {}
         self._fold_of: dict[int, int] = {}

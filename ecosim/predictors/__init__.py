@@ -28,6 +28,12 @@ def check_name(name: str) -> None:
         raise EcoSimError(f"unknown predictor {name!r}: not one of {', '.join([*BUILTIN, *KINDS])} and no such file")
 
 
+def reads_routing(name: str | None) -> bool:
+    """Whether the predictor of that name is the true routing (a live run must look it up in a
+    recorded trace rather than predict it); a name that is not a built-in never is."""
+    return name in BUILTIN and BUILTIN[name].reads_routing
+
+
 def get_predictor(name: str, *, selection: Selection | None = None, folds: int | None = None) -> ExpertPredictor:
     """A built-in predictor by name (`oracle`, `none`), a kind trained on the fly leave-requests-out
     (`freq`, `token`, `context`), or a trained predictor file. `selection` overrides how a scoring
@@ -47,5 +53,5 @@ def get_predictor(name: str, *, selection: Selection | None = None, folds: int |
 
 __all__ = [
     "BUILTIN", "KINDS", "Candidates", "ExpertPredictor", "NoPredictor", "OraclePredictor", "ScoringPredictor",
-    "Selection", "Shape", "check_name", "get_predictor",
+    "Selection", "Shape", "check_name", "get_predictor", "reads_routing",
 ]

@@ -128,6 +128,7 @@ class ExpertPredictor(ABC):
     """Predicted expert sets for the node rows of a trace."""
 
     name: str = "predictor"
+    reads_routing: bool = False  # predicts from the trace's true routing (a bound, not a draft-side model)
 
     def prepare(self, trace: Trace) -> float:
         """One-time work before predicting `trace` (tables, fits); returns its seconds. `predict`
@@ -150,6 +151,7 @@ class OraclePredictor(ExpertPredictor):
     """The true routing from the trace: an upper bound on any real predictor."""
 
     name = "oracle"
+    reads_routing = True
 
     def predict(self, trace: Trace, only: np.ndarray | None = None) -> np.ndarray:
         return trace.experts_3d()
