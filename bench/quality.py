@@ -68,21 +68,13 @@ def best(r: TraceReplay, specs: list[PolicySpec], cost) -> tuple[float, PolicySp
     return min(rows, key=lambda x: x[0])
 
 
-def per_request(r: TraceReplay, spec: PolicySpec, cost) -> tuple[np.ndarray, np.ndarray]:
-    """(seconds, tokens) of each request under one policy, requests in id order."""
-    steps = r.steps(spec, cost)
-    times, _ = r.price(steps, cost)
-    ids, inv = np.unique(steps.request, return_inverse=True)
-    return np.bincount(inv, times, len(ids)), np.bincount(inv, steps.tokens, len(ids)).astype(np.float64)
-
-
 def cross_validated(r: TraceReplay, specs: list[PolicySpec], cost) -> tuple[float, list[int]]:
     """Seconds per token of a tuned policy whose setting is chosen without the verdicts it is scored
     on: for each request, the spec with the least time per token on the *other* requests (leave one
     request out), scored on that request. The hindsight best (`best`) picks the least of many noisy
     totals on the very requests it reports, so it is biased low; this is the baseline with the
     same information as an untuned policy. Returns (time per token, the index chosen per request)."""
-    runs = [per_request(r, s, cost) for s in specs]
+    runs = [r.request_totals(s, cost) for s in specs]
     sec, tok = np.stack([x[0] for x in runs]), np.stack([x[1] for x in runs])  # (specs, requests)
     n = sec.shape[1]
     if n < 2:

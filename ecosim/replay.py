@@ -109,7 +109,7 @@ class TraceReplay:
         policy is priced). Specs whose selections are identical share one Steps object."""
         key = self._key(spec, cost)
         declines = spec.policy.declines  # drafts only on the steps that verify more than the root
-        shared = (self.digest(spec, cost), "declines" if declines else spec.speculative)
+        shared = self._shared(spec, cost)
 
         def make() -> Steps:
             selected = self.memo.pop("masks", key)
@@ -239,11 +239,29 @@ class TraceReplay:
         """One policy's totals over this trace (the bound's shortest path for the bound)."""
         if spec.policy.is_bound:
             return summarize(self, self.oracle_steps(cost), cost, cache=False)
-        shared = (self.digest(spec, cost), "declines" if spec.policy.declines else spec.speculative)
+        shared = self._shared(spec, cost)
         row = self.memo.get(ROWS, (*shared, _cost_key(cost)),
                             lambda: summarize(self, self.steps(spec, cost), cost, key=shared))
         self.memo.pop("masks", self._key(spec, cost))
         return replace(row)  # a copy: callers fill in its ratios
+
+    def request_totals(self, spec: PolicySpec, cost: CostModel) -> tuple[np.ndarray, np.ndarray]:
+        """(seconds, tokens) of each request, requests in id order: the steps `run` totals, with the
+        same kept cache walks, summed per request (for tuning a setting on some requests and scoring
+        it on others)."""
+        if spec.policy.is_bound:
+            steps = self.oracle_steps(cost)
+            times, _ = self.price(steps, cost, cache=False)
+        else:
+            steps = self.steps(spec, cost)
+            times, _ = self.price(steps, cost, key=self._shared(spec, cost))
+        ids, inv = np.unique(steps.request, return_inverse=True)
+        return np.bincount(inv, times, len(ids)), np.bincount(inv, steps.tokens, len(ids)).astype(np.float64)
+
+    def _shared(self, spec: PolicySpec, cost: CostModel) -> tuple:
+        """What a priced row depends on besides the cost: the selection, and whether its root-only
+        steps draft (a declining policy's do not)."""
+        return (self.digest(spec, cost), "declines" if spec.policy.declines else spec.speculative)
 
 
 def _digest(selected: np.ndarray) -> bytes:

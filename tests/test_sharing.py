@@ -97,3 +97,16 @@ def test_confidence_rank_table_and_sort_paths_agree(write):
     for seed in range(4):
         trees = Trees(read_trace(write(tiny_trace(seed, requests=3, positions=30, max_nodes=16, depth=5))))
         assert np.array_equal(confidence_rank(trees), rank_by_sorts(trees)), seed
+
+
+@pytest.mark.parametrize("placement", ["hbm", "ep:2", "offload:4"])
+def test_request_totals_sum_to_what_run_totals(write, placement):
+    trace = read_trace(write(tiny_trace(8, requests=3, positions=30)))
+    r = TraceReplay(trace)
+    cost = cost_model(trace, get_device("h200"), parse_placement(placement), CostConfig())
+    for spec in (PolicySpec("ar"), PolicySpec("confidence", 4), PolicySpec("ecospec-auto", predictor="oracle"),
+                 PolicySpec("oracle")):
+        sec, tok = r.request_totals(spec, cost)
+        row = r.run(spec, cost)
+        assert len(sec) == len(tok) == 3
+        assert sec.sum() == pytest.approx(row.time_s, rel=1e-12) and tok.sum() == row.tokens
