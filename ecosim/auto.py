@@ -101,13 +101,28 @@ def _pack(ids, s0, x, bits):
 
 
 @njit(cache=True, inline="always")
-def _at(col, x):
-    """col at a fractional count x (linear between neighbours; the last entry beyond the end)."""
+def _at(layer, j, x):
+    """layer[:, j] at a fractional count x (linear between neighbours; the last entry beyond the end)."""
     i = int(x)
-    if i >= col.shape[0] - 1:
-        return col[col.shape[0] - 1]
+    top = layer.shape[0] - 1
+    if i >= top:
+        return layer[top, j]
     f = x - i
-    return col[i] if f == 0.0 else col[i] + f * (col[i + 1] - col[i])
+    return layer[i, j] if f == 0.0 else layer[i, j] + f * (layer[i + 1, j] - layer[i, j])
+
+
+@njit(cache=True)
+def _spread(layer):
+    """(lo, hi) (experts, tokens): the least and greatest step F(e + 1, j) - F(e, j) over e > i, for
+    each i and column j, so 'F(., j) is affine from i up' is one comparison per pick."""
+    E, T = layer.shape
+    lo, hi = np.full((E, T), np.inf), np.full((E, T), -np.inf)
+    for j in range(T):
+        for i in range(E - 3, -1, -1):
+            d = layer[i + 2, j] - layer[i + 1, j]
+            lo[i, j] = min(lo[i + 1, j], d)
+            hi[i, j] = max(hi[i + 1, j], d)
+    return lo, hi
 
 
 @njit(cache=True)
@@ -141,7 +156,11 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
     for i in range(len(trees)):
         n_max = max(n_max, n_nodes[trees[i]])
     bits = np.zeros((n_max, L, W), dtype=np.uint64)  # one tree's bitsets, reused
-    col = np.zeros(layer.shape[0])
+    spread_lo, spread_hi = _spread(layer)
+    first_child = np.zeros(n_max, dtype=np.int64)  # a tree's children lists (0: none) ...
+    next_sib = np.zeros(n_max, dtype=np.int64)
+    fr = np.zeros(n_max, dtype=np.int64)  # ... and its frontier, in no order
+    E1 = layer.shape[0]
     LW = L * W
     bits_flat, buf_flat = bits.reshape(n_max, LW), buf.reshape(LW)  # views: a node's words in one run
     res_flat = resident.reshape(resident.shape[0], LW)
@@ -192,46 +211,51 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
         time = t0 + draft
         v_sum = 0.0
         v_rest = 0.0
-        front = np.zeros(n, dtype=np.bool_)
-        for x in range(1, n):
+        nf = 0
+        first_child[:n] = 0
+        for x in range(n - 1, 0, -1):  # children lists in id order (a child's id is above its parent's)
             order[s0 + x] = n
             v_rest += value[s0 + x]
-            if parent[s0 + x] == 0:
-                front[x] = True
-                _pack(ids, s0, x, bits)
+            pa = parent[s0 + x]
+            next_sib[x] = first_child[pa]
+            first_child[pa] = x
+        x = first_child[0]
+        while x > 0:
+            fr[nf] = x
+            nf += 1
+            _pack(ids, s0, x, bits)
+            x = next_sib[x]
+        drafted_score, drafted = -np.inf, 0  # the best prefix beyond the root so far, and its length
         for k in range(1, n):
-            if 1.0 + v_sum + v_rest - lam * time <= best_score or (patience > 0 and best > 0 and k - best > patience):
+            if 1.0 + v_sum + v_rest - lam * time <= best_score or (patience > 0 and drafted > 0 and k - drafted > patience):
                 break
-            for l in range(L):
-                m = 0.0
-                for d in range(D):
-                    m = max(m, layer[u[l, d], tok + 1])
-                base_next[l] = m
+            if D > 1:
+                for l in range(L):
+                    m = 0.0
+                    for d in range(D):
+                        m = max(m, layer[u[l, d], tok + 1])
+                    base_next[l] = m
             fixed = other[tree, tok + 1] - other[tree, tok] - layers_now
             floor = tail[tok]  # the least any further node can cost: one more token, no new expert
-            for j in range(col.shape[0]):  # F(., tok + 1) as one contiguous column
-                col[j] = layer[j, tok + 1]
             # One group and F(., tok + 1) affine from the emptiest layer's count up (memory-bound
             # layers: each expert costs the same): a node's time is the layers' time now plus one
             # slope per new expert, so one count over all its words replaces a lookup per layer.
             affine = False
+            j1 = tok + 1
             if D == 1:
-                lo = col.shape[0] - 1
+                lo = E1 - 1
                 layers_next = 0.0
                 for l in range(L):
                     lo = min(lo, u[l, 0])
-                    layers_next += col[u[l, 0]]
-                if lo + 1 < col.shape[0]:
-                    slope = col[lo + 1] - col[lo]
-                    affine = slope > 0.0
-                    for j in range(lo + 1, col.shape[0] - 1):
-                        if abs(col[j + 1] - col[j] - slope) > 1e-12 * slope:
-                            affine = False
-                            break
+                    layers_next += layer[u[l, 0], j1]
+                if lo + 1 < E1:
+                    slope = layer[lo + 1, j1] - layer[lo, j1]
+                    affine = slope > 0.0 and max(spread_hi[lo, j1] - slope, slope - spread_lo[lo, j1]) <= 1e-12 * slope
             b = beta[fold[tree], min(tok, beta.shape[1] - 1)] if beta is not None else 1.0  # this pick's rank: tok
-            pick, pick_dt, pick_ratio = -1, 0.0, -1.0
-            for x in range(1, n):
-                if not front[x] or value[s0 + x] < lam * floor:
+            pick, pick_dt, pick_ratio, pick_f = -1, 0.0, -1.0, -1
+            for f in range(nf):
+                x = fr[f]
+                if value[s0 + x] < lam * floor:
                     continue  # worth less than its token's time even with free experts: so is its subtree
                 r = s + x
                 dt = fixed
@@ -253,7 +277,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                         c = 0
                         for w in range(W):
                             c += _popcount(bits[r, l, w] & ~buf[l, w])
-                        dt += _at(col, u[l, 0] + b * c)
+                        dt += _at(layer, j1, u[l, 0] + b * c)
                         if has_cache and c > 0:
                             for w in range(W):
                                 dt += copy * _popcount(bits[r, l, w] & ~buf[l, w] & ~resident[t, l, w])
@@ -270,15 +294,15 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                         c = 0
                         for w in range(W):
                             c += _popcount(bits[r, l, w] & ~buf[l, w] & devmask[d, w])
-                        m = max(m, _at(col, u[l, d] + b * c))
+                        m = max(m, _at(layer, j1, u[l, d] + b * c))
                     dt += m
                     if has_cache:
                         for w in range(W):
                             dt += copy * _popcount(bits[r, l, w] & ~buf[l, w] & ~resident[t, l, w])
                 ratio = value[s0 + x] / max(dt, 1e-18)
-                if (pick < 0 or ratio > pick_ratio
-                        or (ratio == pick_ratio and key[s0 + x] > key[s0 + pick])):  # equal keys: the lower id stays
-                    pick, pick_dt, pick_ratio = x, dt, ratio
+                if (pick < 0 or ratio > pick_ratio or (ratio == pick_ratio and (key[s0 + x] > key[s0 + pick] or (
+                        key[s0 + x] == key[s0 + pick] and x < pick)))):  # equal keys: the lower id
+                    pick, pick_dt, pick_ratio, pick_f = x, dt, ratio, f
             if pick < 0:
                 break
             r = s + pick
@@ -301,13 +325,19 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
             v_sum += value[s0 + pick]
             v_rest -= value[s0 + pick]
             order[s0 + pick] = k - 1
-            front[pick] = False
-            for x in range(pick + 1, n):
-                if parent[s0 + x] == pick:
-                    front[x] = True
-                    _pack(ids, s0, x, bits)
-            if 1.0 + v_sum - lam * time > best_score:
-                best_score, best, best_v, best_t = 1.0 + v_sum - lam * time, k, v_sum, time
+            nf -= 1
+            fr[pick_f] = fr[nf]
+            x = first_child[pick]
+            while x > 0:
+                fr[nf] = x
+                nf += 1
+                _pack(ids, s0, x, bits)
+                x = next_sib[x]
+            score = 1.0 + v_sum - lam * time
+            if score > drafted_score:
+                drafted_score, drafted = score, k
+            if score > best_score:
+                best_score, best, best_v, best_t = score, k, v_sum, time
         best_k[tree] = best
         if rate is not None:
             rate[0] += 1.0 + best_v

@@ -84,8 +84,7 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
             pick = (d_rows == 0) | ((o_rows >= 0) & (o_rows < best_k[pos]))
             selected[a : a + n] = pick
             rows = np.flatnonzero(pick) + a
-            cache.access(bitsets.pack_groups(experts, np.zeros(len(rows), dtype=np.int64), 1, m.num_experts, rows=rows,
-                                             chunk_bytes=1)[0])  # one union: no scratch beyond it
+            cache.access(bitsets.pack_groups(experts, np.zeros(len(rows), dtype=np.int64), 1, m.num_experts, rows=rows)[0])
             hit = pick & t.accepted[a : a + n]
             pos += int(d_rows[hit].max(initial=0)) + 1
     return selected
