@@ -243,14 +243,19 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
             affine = False
             j1 = tok + 1
             if D == 1:
-                lo = E1 - 1
-                layers_next = 0.0
+                lo, total = E1 - 1, 0
                 for l in range(L):
                     lo = min(lo, u[l, 0])
-                    layers_next += layer[u[l, 0], j1]
+                    total += u[l, 0]
                 if lo + 1 < E1:
                     slope = layer[lo + 1, j1] - layer[lo, j1]
                     affine = slope > 0.0 and max(spread_hi[lo, j1] - slope, slope - spread_lo[lo, j1]) <= 1e-12 * slope
+                if affine:  # every layer on the line through F(lo, j1): their sum from the total count
+                    layers_next = L * layer[lo, j1] + slope * (total - L * lo)
+                else:
+                    layers_next = 0.0
+                    for l in range(L):
+                        layers_next += layer[u[l, 0], j1]
             b = beta[fold[tree], min(tok, beta.shape[1] - 1)] if beta is not None else 1.0  # this pick's rank: tok
             pick, pick_dt, pick_ratio, pick_f = -1, 0.0, -1.0, -1
             for f in range(nf):
@@ -306,21 +311,26 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
             if pick < 0:
                 break
             r = s + pick
+            added = 0
             for l in range(L):
                 for d in range(D):
                     c = 0
                     for w in range(W):
                         c += _popcount(bits[r, l, w] & ~buf[l, w] & devmask[d, w])
                     u[l, d] += c
+                    added += c
                 for w in range(W):
                     buf[l, w] |= bits[r, l, w]
             tok += 1
-            layers_now = 0.0
-            for l in range(L):
-                m = 0.0
-                for d in range(D):
-                    m = max(m, layer[u[l, d], tok])
-                layers_now += m
+            if affine:  # the counts stay on the same line: the layers' time now is one step up it
+                layers_now = layers_next + slope * added
+            else:
+                layers_now = 0.0
+                for l in range(L):
+                    m = 0.0
+                    for d in range(D):
+                        m = max(m, layer[u[l, d], tok])
+                    layers_now += m
             time += pick_dt
             v_sum += value[s0 + pick]
             v_rest -= value[s0 + pick]
