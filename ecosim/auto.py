@@ -312,15 +312,24 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                 break
             r = s + pick
             added = 0
-            for l in range(L):
-                for d in range(D):
+            if D == 1:  # one group holds every expert
+                for l in range(L):
                     c = 0
                     for w in range(W):
-                        c += _popcount(bits[r, l, w] & ~buf[l, w] & devmask[d, w])
-                    u[l, d] += c
+                        c += _popcount(bits[r, l, w] & ~buf[l, w])
+                        buf[l, w] |= bits[r, l, w]
+                    u[l, 0] += c
                     added += c
-                for w in range(W):
-                    buf[l, w] |= bits[r, l, w]
+            else:
+                for l in range(L):
+                    for d in range(D):
+                        c = 0
+                        for w in range(W):
+                            c += _popcount(bits[r, l, w] & ~buf[l, w] & devmask[d, w])
+                        u[l, d] += c
+                        added += c
+                    for w in range(W):
+                        buf[l, w] |= bits[r, l, w]
             tok += 1
             if affine:  # the counts stay on the same line: the layers' time now is one step up it
                 layers_now = layers_next + slope * added
