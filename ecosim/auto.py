@@ -44,20 +44,25 @@ no selection, only how soon the growth stops.
 
 Growth stops when even taking every remaining node at no extra time could not beat the best score,
 1 + V + V_remaining - lambda t(S) <= best (exact: no node lowers the time), or, a heuristic that
-keeps the replay fast, after PATIENCE picks in a row that did not raise the best score once some
-drafted prefix has beaten the root (before that, the draft is still being paid for: a tree whose
-value pays for its draft only after many nodes must not be cut off; a pair that pays only together
-needs one pick; `patience=0` grows every tree to its end). Ties: the higher `key` (cum_logprob),
+keeps the replay fast, after PATIENCE picks in a row that did not raise the best score of a
+drafted prefix (one beyond the root). Counted among drafted prefixes, not against the root's
+score: a tree whose value pays for its draft only after many nodes raises its drafted score pick
+after pick and is not cut off before it gets there, while a tree whose drafted score has stopped
+rising below the root's is (it was grown to its end before, most of a replay's picks on the
+DeepSeek-V3.1 bench trace); a pair that pays only together needs one pick; `patience=0` grows
+every tree to its end. Ties: the higher `key` (cum_logprob),
 then the lower node id, as `confidence` breaks them, so with free experts and raw values the order
 is confidence's and the selection is confidence at the budget the running rate prices best.
 
 Assumption (stated wherever the policy is reported): a root-only step does not draft, i.e. the
 engine knows whether to draft before drafting, as the oracle bound and Cascade's off state assume.
 
-The per-tree growth is a numba loop over bitsets (one uint64 word per 64 experts per layer). Its
-hot path is pricing every frontier node at every pick; with one expert group and a layer time
-affine in the experts read (memory-bound layers, checked per pick on the cost table), that is one
-popcount over the node's words, not a table lookup per layer (`bench/replay_throughput.py`).
+The per-tree growth is a numba loop over bitsets (one uint64 word per 64 experts per layer), with
+each tree's children lists and a compact frontier, so a pick costs the frontier it prices and not
+a pass over the tree. With one expert group and a layer time affine in the experts read
+(memory-bound layers; checked per pick against the cost table's precomputed step spreads), a
+node's price is one popcount over its words, and the layers' time is one line through the total
+count, not a table lookup per layer (`bench/replay_throughput.py`).
 """
 
 from __future__ import annotations
@@ -137,7 +142,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
     layer (u + 1, tokens + 2) seconds; other (all trees, tokens + 2) seconds; resident
     (len(trees), layers, words) offload cache bits, or (0, layers, words) without a cache;
     `patience` > 0 stops a tree's growth after that many picks in a row without a better score, once
-    a drafted prefix has beaten the root; `rate` (2,) the running (expected tokens, seconds) of the
+    a drafted prefix (see the module docstring); `rate` (2,) the running (expected tokens, seconds) of the
     steps chosen so far, read for the exchange rate and added to (None: each tree at its plain
     rate); `beta` (folds, ranks) and `fold` (trees,) scale the predicted new experts of a tree's
     k-th pick by beta[fold[tree], k] (union_scale.py; None: 1).

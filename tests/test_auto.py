@@ -144,6 +144,20 @@ def test_auto_does_not_give_up_before_the_draft_is_paid_for():
     assert best == int(np.argmax(scores)) == k
 
 
+def test_auto_gives_up_once_its_drafted_prefixes_stop_improving_below_the_root():
+    # Twenty children of the root, each worth 0.4 and waking its own expert (F = u s, O(n) = 1 +
+    # 0.1 n s, no draft): at lambda = 1 / t(root) = 1 / 2.1 each pick scores 0.4 - 1.1 / 2.1 = -0.124,
+    # so the best drafted prefix is the first pick, below the root's 0, and it never improves. After
+    # PATIENCE more picks the growth stops (9 picks), although taking everything left for free could
+    # still beat the root until the 16th (1 + 0.4 * 20 - (2.1 + 1.1 k) / 2.1 > 0 for k < 15.3).
+    k = 20
+    best, order = run_grow([-1] + [0] * k, [1.0] + [0.4] * k, [[0]] + [[e] for e in range(1, k + 1)])
+    assert best == 0
+    picked = np.flatnonzero((order >= 0) & (order < k + 1))
+    assert len(picked) == PATIENCE + 1 and sorted(order[picked]) == list(range(PATIENCE + 1))
+    assert 1 + 0.4 * k - (2.1 + 1.1 * (PATIENCE + 1)) / 2.1 > 0  # the premise: the bound alone goes on
+
+
 def test_calibration_recovers_a_known_acceptance(write):
     # synth: P(child accepted | parent accepted) = accept * q / (q0 + 0.9 (1 - q0)), q the child's
     # draft probability, q0 that of its most likely sibling (synth.py draws the verdict that way)
