@@ -49,7 +49,8 @@ def _summary_lines(s: dict[str, Any]) -> list[str]:
             line += f", sign right {g['sign_right']}/{g['rows']}"
         out.append(line)
     for x in s.get("separate", []):
-        out.append(f"separate (not in the rows above): {x['id']} {x['metric']} {x['error']:+.1%}: {x['why']}")
+        out.append(f"separate (not in the rows above; why: its `separate` in published.json): {x['id']} {x['metric']} "
+                   f"{x['error']:+.1%}")
     return out
 
 
