@@ -190,3 +190,12 @@ def test_separate_rows_are_summarised_apart():
     assert s["separate"] == [{"id": "b", "metric": row["metric"], "error": 0.90, "why": "the source calls it unoptimised"}]
     marked = [r for r in ROWS if r.get("separate")]
     assert [r["id"] for r in marked] == ["trtllm-r1-b200-baseline-ep8tp8-bs1"] and "67" in marked[0]["separate"]
+
+
+def test_cli_refuses_nodes_on_a_device_without_an_inter_node_link(tmp_path):
+    row = json.loads(json.dumps(next(r for r in ROWS if r["id"] == "tt356-r1-16xh100-sglang-isl128")))
+    row["sim"]["hardware"], row["fit"] = "h200", True
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps({"rows": [row]}))
+    r = ecosim("fidelity", "--table", str(table))
+    assert r.returncode == 2 and "inter-node" in r.stderr and len(r.stderr.strip().splitlines()) == 1
