@@ -279,6 +279,20 @@ class CostModel:
             t = t + self.copy_time(misses)
         return t
 
+    def dense_flops(self, tokens: np.ndarray) -> np.ndarray:
+        """FLOPs of the dense GEMMs per step (all devices): 2 n P_dense; with `act_quant` the W8A8 GEMMs (every dense
+        weight but the BF16 LM head) run on tensor cores in tiles of `gemm_tile_rows` rows whatever n, as the grouped
+        expert GEMMs do (SGLang's tuned block-FP8 configs use BLOCK_SIZE_M 64 even at M = 1, e.g. configs/N=24576,
+        K=7168,device_name=NVIDIA_H20,dtype=fp8_w8a8,block_shape=[128, 128].json): 2 n P_q / eta(n). Invisible where
+        the compute peak covers the padded tile under the bytes (H100/H200 FP8); it binds on compute-poor parts (H20)."""
+        m = self.model
+        flops = 2.0 * tokens * m.dense_params
+        rows = self.terms.gemm_tile_rows
+        if not m.act_quant or rows <= 0:
+            return flops
+        quantised = max(m.dense_bytes - m.vocab_size * m.hidden_size * 2, 0) / m.bytes_per_param
+        return flops + 2.0 * tokens * quantised * (1.0 / np.minimum(1.0, tokens / rows) - 1.0)
+
     def other_times(self, tokens: np.ndarray, context: np.ndarray, speculative: bool) -> np.ndarray:
         """Seconds per step outside the routed experts: fixed terms, dense weights, attention (KV),
         the dense layers' collectives, and the draft."""
@@ -287,7 +301,7 @@ class CostModel:
         m, p = self.model, self.placement
         share = p.dense_share
         tok = tokens.astype(np.float64)
-        dense = self._combine(m.dense_bytes / share / self.bw, 2.0 * tok * m.dense_params / share / self.peak)
+        dense = self._combine(m.dense_bytes / share / self.bw, self.dense_flops(tok) / share / self.peak)
         kv = (context.astype(np.float64) + tok) * m.kv_bytes_per_token / share / self.bw
         dense_layers = (m.num_layers - m.num_moe_layers) * self.collective_time(tokens, moe=False)
         return dense + kv + dense_layers + self.step_overhead + self.draft_time(speculative)

@@ -13,6 +13,10 @@ placement, after its context:
 
 A row's `sim.serving` sets the serving-profile terms its engine declares (e.g. `spec_overlap`
 false for SGLang before spec v2, whose scheduler cannot overlap a speculative step's host work).
+A row's `sim.nodes` (default 1) says its placement spans that many nodes: every collective then
+crosses the device's inter-node fabric (its data file's internode_link_bw / internode_latency_s).
+A row with `separate` (why, quoting the source) measured a configuration its own source calls
+unoptimised or broken: it is predicted and shown, but summarised apart from the targets' rows.
 
 Every predicted time is linear in the serving profile's free constants theta = (step_fixed_s,
 kernel_latency_s, collective_latency_s, spec_level_s, spec_sync_s): t(theta) = r + f . theta (they
@@ -71,6 +75,11 @@ def load_rows(path: Path = PUBLISHED) -> list[dict[str, Any]]:
             raise EcoSimError(f"{path}: row {r.get('id')!r} needs an http(s) url and a metric in {', '.join(METRICS)}")
         if not isinstance(r.get("value"), (int, float)) or r["value"] <= 0:
             raise EcoSimError(f"{path}: row {r['id']!r}: value must be a positive number")
+        if "separate" in r and (not isinstance(r["separate"], str) or not r["separate"].strip() or r.get("fit")):
+            raise EcoSimError(f"{path}: row {r['id']!r}: separate must say why, quoting the source, and a separate row cannot be fitted")
+        nodes = (r.get("sim") or {}).get("nodes", 1)
+        if not isinstance(nodes, int) or nodes < 1:
+            raise EcoSimError(f"{path}: row {r['id']!r}: sim.nodes must be a whole number >= 1")
     return rows
 
 
@@ -122,7 +131,10 @@ def _linear(replay: TraceReplay, spec: PolicySpec, costs: list[CostModel], per: 
 
 
 def _costs(shape: ModelShape, sim: dict[str, Any], base: ServingProfile, depth: int) -> list[CostModel]:
-    device = get_device(sim["hardware"]).replace(link_bw=sim.get("link_bw"), link_latency_s=sim.get("link_latency_s"))
+    device = get_device(sim["hardware"])
+    if int(sim.get("nodes", 1)) > 1:  # the placement spans nodes: its collectives cross the inter-node fabric
+        device = device.across_nodes()
+    device = device.replace(link_bw=sim.get("link_bw"), link_latency_s=sim.get("link_latency_s"))
     place = parse_placement(sim["placement"])
     draft = draft_cost({"kind": sim.get("draft", "eagle3")}, shape)
     out = []
@@ -263,7 +275,8 @@ def run(base: ServingProfile, fit: bool = True, rows: list[dict[str, Any]] | Non
 
 def summary(results: list[Result]) -> dict[str, Any]:
     """Per group of metric: count, median and worst absolute error, within 15% / 30% (plain on
-    held-out rows and on all rows; leave-one-out over the plain rows), sign right for speedups."""
+    held-out rows and on all rows; leave-one-out over the plain rows), sign right for speedups.
+    Rows marked `separate` are left out of every group and listed under "separate" with their errors."""
     def stats(errs: list[float]) -> dict[str, Any]:
         a = np.abs(np.array(errs))
         if not len(a):
@@ -272,6 +285,8 @@ def summary(results: list[Result]) -> dict[str, Any]:
                 "within_15pct": int((a <= 0.15).sum()), "within_30pct": int((a <= 0.30).sum()),
                 "within_10pct": int((a <= 0.10).sum())}
 
+    apart = [x for x in results if x.row.get("separate")]
+    results = [x for x in results if not x.row.get("separate")]
     plain = [x for x in results if x.row["metric"] in PLAIN]
     out: dict[str, Any] = {
         "plain_all": stats([x.error for x in plain]),
@@ -284,6 +299,7 @@ def summary(results: list[Result]) -> dict[str, Any]:
                            "sign_right": int(sum((x.predicted > 1) == (x.row["value"] > 1) for x in sp))}
     out["spec_tok_s"] = stats([x.error for x in results if x.row["metric"] == "spec_tok_s"])
     out["verify_step_ratio"] = stats([x.error for x in results if x.row["metric"] == "verify_step_ratio"])
+    out["separate"] = [{"id": x.row["id"], "metric": x.row["metric"], "error": x.error, "why": x.row["separate"]} for x in apart]
     return out
 
 

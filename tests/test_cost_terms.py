@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -107,6 +108,24 @@ def test_tp2_ep2_by_hand():
 def test_grouped_gemm_tile_quantisation():
     # 2 tokens x top-2 over 3 experts = 4/3 tokens per expert in a 4-row tile: efficiency 1/3, FLOPs time x3
     assert step(cost(gemm_tile_rows=4.0), 0, 1, 5) == pytest.approx(2.2 + 6.0 + 3 * 0.768 + 2.0 + 0.2)
+
+
+def test_w8a8_dense_gemms_compute_whole_tiles_by_hand():
+    # block FP8 (act_quant, 1 byte per weight): dense 628 bytes = the BF16 LM head (16 x 4 x 2 = 128 bytes) + 500 W8A8
+    # weights; dense_params counts 628. 2 tokens in a 4-row tile: the 500 quantised weights cost 4 rows, 2 x 4 x 500 =
+    # 4000 FLOPs, the head 2 x 2 x 128 = 512: 4512 (2 x 2 x 628 = 2512 without the tile)
+    q = dataclasses.replace(SHAPE, dense_bytes=628, bytes_per_param=1.0, act_quant=True)
+    tiled = CostModel(q, DEVICE, parse_placement("hbm"), CostConfig(serving=PROFILE.replace(gemm_tile_rows=4.0)))
+    assert tiled.dense_flops(np.array([2.0]))[0] == pytest.approx(4512.0)
+    assert tiled.dense_flops(np.array([8.0]))[0] == pytest.approx(2 * 8 * 628)  # a full tile: no padding
+    assert CostModel(q, DEVICE, parse_placement("hbm"), CostConfig(serving=PROFILE)).dense_flops(np.array([2.0]))[0] == 2512
+    plain = CostModel(dataclasses.replace(q, act_quant=False), DEVICE, parse_placement("hbm"),
+                      CostConfig(serving=PROFILE.replace(gemm_tile_rows=4.0)))
+    assert plain.dense_flops(np.array([2.0]))[0] == 2512  # BF16 / weight-only dense GEMMs: no tile claimed
+    # in a step (overlap sum): dense memory 628 / 500 = 1.256 + 4512 / 1000 FP8 FLOP/s
+    base = float(plain.other_times(N, CTX, False)[0])
+    assert float(tiled.other_times(N, CTX, False)[0]) - base == pytest.approx((4512 - 2512) / 1000 + tiled.step_overhead
+                                                                              - plain.step_overhead)
 
 
 def test_draft_by_hand():

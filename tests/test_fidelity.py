@@ -107,8 +107,9 @@ def test_the_shipped_profile_is_the_fit_on_the_declared_rows(report):
 @pytest.mark.slow
 def test_summary_counts_the_rows(report):
     s = report["summary"]
-    plain = [x for x in report["rows"] if x["metric"] in PLAIN]
+    plain = [x for x in report["rows"] if x["metric"] in PLAIN and not x["separate"]]
     assert s["plain_all"]["rows"] == len(plain)
+    assert {x["id"] for x in s["separate"]} == {x["id"] for x in report["rows"] if x["separate"]}
     assert s["plain_held_out"]["rows"] + s["plain_fit_set"]["rows"] == len(plain)
     errs = sorted(abs(x["error"]) for x in plain)
     assert s["plain_all"]["worst_abs_error"] == pytest.approx(errs[-1])
@@ -133,3 +134,68 @@ def test_a_row_declares_its_engine_terms_and_the_host_sync_is_free_only_there():
     assert not costs[0].terms.spec_overlap and sync.draft_time(True) - costs[0].draft_time(True) == pytest.approx(1.0)
     v2 = _costs(shape, {**row["sim"], "serving": {}}, base, int(row["sim"]["depth"]))
     assert v2[1 + FREE.index("spec_sync_s")].draft_time(True) == pytest.approx(v2[0].draft_time(True))  # overlapped: hidden
+
+
+def test_a_row_spanning_nodes_prices_every_collective_on_the_inter_node_link():
+    from ecosim.catalog.devices import get_device
+    from ecosim.fidelity import _costs
+    row = next(r for r in ROWS if r["id"] == "tt356-r1-16xh100-sglang-isl128")
+    assert row["sim"]["nodes"] == 2 and row["sim"]["placement"] == "tp:16" and "link_latency_s" not in row["sim"]
+    shape = at_dtype(get_model(row["sim"]["model"]), row["sim"]["dtype"])
+    base = load_serving("cuda-graphs")
+    h100 = get_device("h100")
+    two = _costs(shape, row["sim"], base, 0)[0]  # theta = 0: no fitted collective latency
+    one = _costs(shape, {**row["sim"], "nodes": 1}, base, 0)[0]
+    # by hand, a dense layer's two all-reduces of one token of h = 7168 BF16 values over 16 devices:
+    # 2 x (42.4 us + 2 x 15/16 x 7168 x 2 B / 50 GB/s) across nodes; over NVLink 2 x (0 + ... / 450 GB/s)
+    h = shape.hidden_size
+    assert h100.internode_latency_s == 42.4e-6 and h100.internode_link_bw == 50e9
+    want = 2 * (42.4e-6 + 2 * 15 / 16 * h * 2 / 50e9)
+    assert two.collective_time(np.ones(1), moe=False)[0] == pytest.approx(want)
+    assert one.collective_time(np.ones(1), moe=False)[0] == pytest.approx(2 * (2 * 15 / 16 * h * 2 / h100.link_bw))
+    assert "internode_latency_s" not in h100.to_dict()  # prices nothing on one node: sweep ids unchanged
+
+
+def test_nodes_on_a_device_without_an_inter_node_link_is_a_one_line_error():
+    from ecosim.fidelity import _costs
+    row = next(r for r in ROWS if r["id"] == "tt356-r1-16xh100-sglang-isl128")
+    sim = {**row["sim"], "hardware": "h200"}
+    shape = at_dtype(get_model(sim["model"]), sim["dtype"])
+    with pytest.raises(EcoSimError, match="inter-node"):
+        _costs(shape, sim, load_serving("cuda-graphs"), 0)
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"separate": ""}, "separate"), ({"separate": 3}, "separate"), ({"separate": "why", "fit": True}, "separate"),
+    ({"sim": {"nodes": 0}}, "nodes"), ({"sim": {"nodes": "2"}}, "nodes"),
+])
+def test_separate_and_nodes_are_checked(tmp_path, change, match):
+    row = next(r for r in ROWS if r["sim"] and not r["fit"])
+    bad = {**row, **change}
+    if "sim" in change:
+        bad["sim"] = {**row["sim"], **change["sim"]}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"rows": [bad]}))
+    with pytest.raises(EcoSimError, match=match):
+        load_rows(path)
+
+
+def test_separate_rows_are_summarised_apart():
+    from ecosim.fidelity import Result, summary
+    row = next(r for r in ROWS if r["metric"] in PLAIN and r["sim"] and not r["fit"] and not r.get("separate"))
+    kept = Result({**row, "id": "a"}, 1.0, 0.10, None, None)
+    apart = Result({**row, "id": "b", "separate": "the source calls it unoptimised"}, 1.0, 0.90, None, None)
+    s = summary([kept, apart])
+    assert s["plain_all"]["rows"] == 1 and s["plain_all"]["worst_abs_error"] == pytest.approx(0.10)
+    assert s["separate"] == [{"id": "b", "metric": row["metric"], "error": 0.90, "why": "the source calls it unoptimised"}]
+    marked = [r for r in ROWS if r.get("separate")]
+    assert [r["id"] for r in marked] == ["trtllm-r1-b200-baseline-ep8tp8-bs1"] and "67" in marked[0]["separate"]
+
+
+def test_cli_refuses_nodes_on_a_device_without_an_inter_node_link(tmp_path):
+    row = json.loads(json.dumps(next(r for r in ROWS if r["id"] == "tt356-r1-16xh100-sglang-isl128")))
+    row["sim"]["hardware"], row["fit"] = "h200", True
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps({"rows": [row]}))
+    r = ecosim("fidelity", "--table", str(table))
+    assert r.returncode == 2 and "inter-node" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -47,15 +47,29 @@ class Device:
     # s per kernel that this platform's graph replay adds beyond the NVIDIA CUDA-graph reference on which the
     # serving profiles' kernel_latency_s is fitted (0 on NVIDIA devices; the HIP runtime's per-node cost on AMD).
     graph_node_s: float = 0.0
+    # The link between nodes (per GPU, per direction) and the latency it adds per collective, for a placement that
+    # spans several nodes (a published row's `sim.nodes`); None where the data file gives no inter-node fabric.
+    internode_link_bw: float | None = None
+    internode_latency_s: float | None = None
 
     def replace(self, **changes: Any) -> Device:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def across_nodes(self) -> Device:
+        """This device with its collectives over the inter-node fabric: a group that spans nodes is as fast as its
+        slowest hop (SGLang disables its NVLink-only custom all-reduce there: every collective is NCCL's)."""
+        if self.internode_link_bw is None or self.internode_latency_s is None:
+            raise EcoSimError(f"device {self.name}: no inter-node link in its data file (internode_link_bw, internode_latency_s)")
+        return self.replace(link_bw=self.internode_link_bw, link_latency_s=self.internode_latency_s)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["serving"] = self.serving.to_dict() if self.serving else None
         if not self.graph_node_s:  # absent where 0: sweep ids (grid.canonical_json) of devices without it stay as before
             del d["graph_node_s"]
+        # the inter-node link prices nothing until across_nodes() moves it into link_bw / link_latency_s (which are
+        # written): left out, so a device's sweep ids do not change with it
+        del d["internode_link_bw"], d["internode_latency_s"]
         return d
 
 

@@ -22,14 +22,15 @@ def _pct(x: float | None) -> str:
 
 
 def _table(results: list[Any]) -> Table:
-    t = Table(title="ecosim fidelity: predicted vs published (F = in the fit set)", title_justify="left")
+    t = Table(title="ecosim fidelity: predicted vs published (F = in the fit set, S = summarised separately)",
+              title_justify="left")
     for col, just in (("row", "left"), ("", "left"), ("model", "left"), ("hardware", "left"), ("placement", "left"),
                       ("metric", "left"), ("published", "right"), ("predicted", "right"), ("error", "right"),
                       ("LOO", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for x in results:
         r, s = x.row, x.row["sim"]
-        t.add_row(r["id"], "F" if r.get("fit") else "", s["model"] + f" {s['dtype']}", f"{s['hardware']}", s["placement"],
+        t.add_row(r["id"], "F" if r.get("fit") else "S" if r.get("separate") else "", s["model"] + f" {s['dtype']}", f"{s['hardware']}", s["placement"],
                   r["metric"], f"{r['value']:.4g}", f"{x.predicted:.4g}", _pct(x.error), _pct(x.loo_error))
     return t
 
@@ -47,6 +48,9 @@ def _summary_lines(s: dict[str, Any]) -> list[str]:
         if "sign_right" in g:
             line += f", sign right {g['sign_right']}/{g['rows']}"
         out.append(line)
+    for x in s.get("separate", []):
+        out.append(f"separate (not in the rows above; why: its `separate` in published.json): {x['id']} {x['metric']} "
+                   f"{x['error']:+.1%}")
     return out
 
 
@@ -82,7 +86,8 @@ def fidelity(
             "profile": base.name, "fitted": fit, "theta": used,
             "rows": [{"id": x.row["id"], "fit": bool(x.row.get("fit")), "metric": x.row["metric"], "published": x.row["value"],
                       "predicted": x.predicted, "error": x.error, "loo_error": x.loo_error,
-                      "synthetic_accept_len": x.accept_len, "sim": x.row["sim"], "url": x.row["url"]} for x in results],
+                      "synthetic_accept_len": x.accept_len, "sim": x.row["sim"], "url": x.row["url"],
+                      "separate": x.row.get("separate")} for x in results],
             "not_predicted": [{"id": r["id"], "why": r.get("not_predicted"), "url": r["url"]} for r in skipped],
             "summary": s,
         }, indent=1))
