@@ -70,9 +70,12 @@ def union_scale(trees: Trees, predicted: np.ndarray) -> tuple[np.ndarray, np.nda
     ranks = int(trees.n_nodes.max(initial=1)) + 1
     fold = fold_of_rows(trees)[trees.start]
     n_folds = int(fold.max(initial=0)) + 1
-    counts = new_counts(trees.start, trees.n_nodes, trees.cum_logprob, predicted, trees.trace.experts_3d(),
-                        trees.trace.model.num_experts, fold, n_folds, ranks)
     beta = np.ones((n_folds, ranks))
+    true = trees.trace.experts_3d()
+    if _same_array(predicted, true):  # the prediction is the routing (the oracle): 1 by definition, no count
+        return beta, fold, n_folds == 1
+    counts = new_counts(trees.start, trees.n_nodes, trees.cum_logprob, predicted, true,
+                        trees.trace.model.num_experts, fold, n_folds, ranks)
     for f in range(n_folds):
         c = counts.sum(axis=0) - counts[f] if n_folds > 1 else counts[f]
         for k in range(1, ranks):
@@ -80,3 +83,9 @@ def union_scale(trees: Trees, predicted: np.ndarray) -> tuple[np.ndarray, np.nda
             p, t = c[lo:hi, 0].sum(), c[lo:hi, 1].sum()
             beta[f, k] = t / p if p > 0 else 1.0
     return beta, fold, n_folds == 1
+
+
+def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether a and b are views of the same elements (same memory, shape, strides and type)."""
+    return (a.shape == b.shape and a.strides == b.strides and a.dtype == b.dtype
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])

@@ -388,8 +388,10 @@ def test_union_scale_is_one_for_the_true_routing_and_below_for_a_scattering_pred
     from ecosim.union_scale import union_scale
     trace = read_trace(write(tiny_trace(5, requests=4, positions=40)))
     t = Trees(trace)
-    beta, fold, in_sample = union_scale(t, trace.experts_3d())
+    beta, fold, in_sample = union_scale(t, trace.experts_3d())  # the routing itself: not counted
     assert not in_sample and (beta == 1.0).all() and fold.shape == (t.n_trees,)
+    beta, _, _ = union_scale(t, trace.experts_3d().copy())  # an equal copy is counted, and comes out 1 too
+    assert (beta == 1.0).all()
     # any other prediction: beta[f, k] is the true over predicted new experts of the other folds'
     # trees, pooled over the ranks k - k//4 .. k + k//4 (worked here from new_counts directly)
     from ecosim.acceptance import fold_of_rows
