@@ -26,6 +26,10 @@ results, skipped, PLAIN = doc["results"], doc["skipped"], doc["plain_metrics"]
 print("fitted (s):", doc["fitted"])
 print(f"{len(results)} rows predicted, {len(skipped)} not (batch > 1, no acceptance length, unknown shape or hardware)")
 for k, v in doc["summary"].items():
+    if k == "separate":  # rows whose own source calls them another configuration: listed, not summarised
+        for r in v:
+            print("separate:", r["id"], r["metric"], f"error {r['error']:+.1%}", "-", r["why"][:120])
+        continue
     print(k, {a: (round(b, 3) if isinstance(b, float) else b) for a, b in v.items()})
 
 # %% [markdown]
