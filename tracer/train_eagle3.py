@@ -11,7 +11,7 @@ step k reads the head's own output of step k-1 at the previous position, so the 
 the inputs it sees deep in a draft tree. A step-k query at position p attends to the step-1 keys at
 positions <= p-k+1 (the context, as at inference) and to the step-j key at p-k+j for j = 2..k
 (its ancestors in the tree and itself). Loss: cross-entropy against the target's distribution
-restricted to the draft vocabulary, step k weighted 0.8^(k-1) (EAGLE-3's weighting). The head's
+restricted to the draft vocabulary, step k weighted 0.8^(k-1) (EAGLE-3's weighting; `--ttt-decay`). The head's
 LM head and final norm start from the target's (its rows of the draft vocabulary), so the head
 learns to produce a hidden state the target's read-out already understands.
 
@@ -87,15 +87,16 @@ def unroll(head: Eagle3Head, emb: torch.Tensor, feats: torch.Tensor, steps: int)
     return out
 
 
-def ttt_loss(head, emb, feats, t_logits, ids, steps: int) -> tuple[torch.Tensor, list[float]]:
-    """EAGLE-3's loss over the unrolled steps; also each step's top-1 agreement with the target."""
+def ttt_loss(head, emb, feats, t_logits, ids, steps: int, decay: float = 0.8) -> tuple[torch.Tensor, list[float]]:
+    """EAGLE-3's loss over the unrolled steps (step k weighted decay^(k-1)); also each step's top-1
+    agreement with the target."""
     tp = t_logits[..., ids].float().softmax(-1)
     t_top = t_logits.argmax(-1)
     total, acc, wsum = 0.0, [], 0.0
     for k, logits in enumerate(unroll(head, emb, feats, steps), start=1):
         valid = slice(k, None)  # a step-k query needs k earlier positions
         ce = -(tp[:, valid] * F.log_softmax(logits[:, valid].float(), -1)).sum(-1).mean()
-        w = 0.8 ** (k - 1)
+        w = decay ** (k - 1)
         total, wsum = total + w * ce, wsum + w
         acc.append(float((ids[logits[:, valid].argmax(-1)] == t_top[:, valid]).float().mean()))
     return total / wsum, acc
@@ -133,6 +134,9 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=4, help="windows per step")
     ap.add_argument("--seq-len", type=int, default=256, help="tokens per window")
     ap.add_argument("--ttt", type=int, default=3, help="training-time-test steps unrolled")
+    ap.add_argument("--ttt-decay", type=float, default=0.8,
+                    help="loss weight of TTT step k is DECAY^(k-1) (EAGLE-3's 0.8); nearer 1 weights the deep steps a "
+                         "deep tree accepts from more evenly")
     ap.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (AdamW, cosine to 10%)")
     ap.add_argument("--warmup", type=int, default=50, help="warm-up steps")
     ap.add_argument("--draft-vocab", type=int, default=1024, help="draft vocabulary size")
@@ -227,7 +231,7 @@ def main(argv=None) -> int:
             x, t_logits, feats = cache.batch(torch.randint(0, len(cache), (args.batch,), generator=pick))
         with torch.no_grad():
             emb = embed(x)
-        loss, acc = ttt_loss(head, emb, feats, t_logits, ids, args.ttt)
+        loss, acc = ttt_loss(head, emb, feats, t_logits, ids, args.ttt, args.ttt_decay)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -251,6 +255,7 @@ def main(argv=None) -> int:
     metrics = {
         "command": "python -m tracer.train_eagle3 " + " ".join(argv if argv is not None else sys.argv[1:]),
         "seed": args.seed, "steps": args.steps, "batch": args.batch, "seq_len": args.seq_len, "ttt": args.ttt,
+        "ttt_decay": args.ttt_decay,
         "lr": args.lr, "warmup": args.warmup, "init_head_from_target": args.init_head,
         "init": None if args.init is None else str(args.init), "threads": args.threads, "params": n_params,
         "bytes": sum(t.numel() * t.element_size() for t in head.state_dict().values()),

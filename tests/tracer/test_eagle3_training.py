@@ -140,3 +140,28 @@ def test_init_warm_starts_from_a_head_and_refuses_another_shape(tiny_dirs, targe
     for a_k, b_k in zip(lo, ln):  # every TTT step, the old draft tokens' logits (the grown head's ids are the target's)
         torch.testing.assert_close(b_k[..., old.target_ids()], a_k, rtol=1e-5, atol=1e-5)
     assert not torch.equal(new.midlayer.mlp.gate_proj.weight[32:], torch.zeros(16, target.config.hidden_size))
+
+
+
+def test_ttt_decay_weights_each_step_as_decay_to_the_k_minus_1(tiny_dirs, target, tmp_path):
+    """`--ttt-decay d`: the loss is sum_k d^(k-1) CE_k / sum_k d^(k-1), CE_k each unrolled step's
+    cross-entropy against the target over the draft vocabulary (hand-worked: d = 0 is step 1 alone,
+    d = 1 the plain mean, d = 0.5 weights 1, 0.5, 0.25)."""
+    import torch.nn.functional as F
+
+    from tracer.tiny import write_eagle3
+    from tracer.train_eagle3 import ttt_loss, unroll
+
+    head = write_eagle3(tiny_dirs["qwen3_moe"] / "target", tmp_path / "e3", seed=2)
+    x = torch.randint(3, target.config.vocab_size, (2, 10), generator=torch.Generator().manual_seed(8))
+    t_logits, feats = features(target, head.cfg.layer_ids, x)
+    emb, ids = target.get_input_embeddings()(x), head.target_ids()
+    with torch.no_grad():
+        tp = t_logits[..., ids].softmax(-1)
+        ce = [float(-(tp[:, k:] * F.log_softmax(lg[:, k:], -1)).sum(-1).mean())
+              for k, lg in enumerate(unroll(head, emb, feats, 3), start=1)]
+        got = {d: float(ttt_loss(head, emb, feats, t_logits, ids, 3, d)[0]) for d in (0.0, 0.5, 1.0)}
+    assert len({round(c, 4) for c in ce}) == 3  # the steps differ, so a wrong weighting shows
+    assert got[0.0] == pytest.approx(ce[0], rel=1e-5)
+    assert got[1.0] == pytest.approx(sum(ce) / 3, rel=1e-5)
+    assert got[0.5] == pytest.approx((ce[0] + 0.5 * ce[1] + 0.25 * ce[2]) / 1.75, rel=1e-5)
