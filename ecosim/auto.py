@@ -116,6 +116,18 @@ def _at(layer, j, x):
     return layer[i, j] if f == 0.0 else layer[i, j] + f * (layer[i + 1, j] - layer[i, j])
 
 
+@njit(cache=True, inline="always")
+def _layers_time(layer, u, tok):
+    """Seconds of every MoE layer at `tok` tokens: each waits for its slowest group (u (layers, groups) counts)."""
+    total = 0.0
+    for l in range(u.shape[0]):
+        m = 0.0
+        for d in range(u.shape[1]):
+            m = max(m, layer[u[l, d], tok])
+        total += m
+    return total
+
+
 @njit(cache=True)
 def _spread(layer):
     """(lo, hi) (experts, tokens): the least and greatest step F(e + 1, j) - F(e, j) over e > i, for
@@ -199,12 +211,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
                 for w in range(W):
                     miss += _popcount(buf[l, w] & ~resident[t, l, w])
         tok = 1
-        layers_now = 0.0
-        for l in range(L):
-            m = 0.0
-            for d in range(D):
-                m = max(m, layer[u[l, d], tok])
-            layers_now += m
+        layers_now = _layers_time(layer, u, tok)
         t0 = layers_now + copy * miss + other[tree, tok]
         tail[T - 1] = np.inf  # tail[k]: the least one more token costs from k tokens on
         for j in range(T - 2, -1, -1):
@@ -339,12 +346,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
             if affine:  # the counts stay on the same line: the layers' time now is one step up it
                 layers_now = layers_next + slope * added
             else:
-                layers_now = 0.0
-                for l in range(L):
-                    m = 0.0
-                    for d in range(D):
-                        m = max(m, layer[u[l, d], tok])
-                    layers_now += m
+                layers_now = _layers_time(layer, u, tok)
             time += pick_dt
             v_sum += value[s0 + pick]
             v_rest -= value[s0 + pick]
