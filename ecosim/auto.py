@@ -73,7 +73,7 @@ from numba.extending import intrinsic
 
 from ecosim.marginal import StepPricer
 
-PATIENCE = 8  # picks without a better score (once a draft pays) before the growth gives up
+PATIENCE = 8  # picks without a better drafted score before the growth gives up (module docstring)
 
 
 @intrinsic
@@ -129,21 +129,7 @@ def _layers_time(layer, u, tok):
 
 
 @njit(cache=True)
-def _spread(layer):
-    """(lo, hi) (experts, tokens): the least and greatest step F(e + 1, j) - F(e, j) over e > i, for
-    each i and column j, so 'F(., j) is affine from i up' is one comparison per pick."""
-    E, T = layer.shape
-    lo, hi = np.full((E, T), np.inf), np.full((E, T), -np.inf)
-    for j in range(T):
-        for i in range(E - 3, -1, -1):
-            d = layer[i + 2, j] - layer[i + 1, j]
-            lo[i, j] = min(lo[i + 1, j], d)
-            hi[i, j] = max(hi[i + 1, j], d)
-    return lo, hi
-
-
-@njit(cache=True)
-def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, draft, copy, resident, order, best_k,
+def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, steps, other, draft, copy, resident, order, best_k,
          patience=0, end=None, accepted=None, depth=None, rate=None, beta=None, fold=None):
     """Grow every tree in value-per-second order; write each row's pick step to `order` (-1 roots,
     n for rows never picked) and each tree's best prefix length to `best_k`.
@@ -151,10 +137,10 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
     trees: the trees to grow; start, n_nodes (all trees) first row and size of each; parent (rows,)
     local parent id; value, key (rows,); ids (rows, layers, m) int16 predicted experts (-1 pads),
     packed tree by tree into bitsets (one uint64 word per 64 experts); devmask (devices, words);
-    layer (u + 1, tokens + 2) seconds; other (all trees, tokens + 2) seconds; resident
+    layer (u + 1, tokens + 2) seconds and steps = marginal.layer_steps(layer); other (all trees, tokens + 2) seconds; resident
     (len(trees), layers, words) offload cache bits, or (0, layers, words) without a cache;
-    `patience` > 0 stops a tree's growth after that many picks in a row without a better score, once
-    a drafted prefix (see the module docstring); `rate` (2,) the running (expected tokens, seconds) of the
+    `patience` > 0 stops a tree's growth after that many picks in a row without a better drafted
+    score (see the module docstring); `rate` (2,) the running (expected tokens, seconds) of the
     steps chosen so far, read for the exchange rate and added to (None: each tree at its plain
     rate); `beta` (folds, ranks) and `fold` (trees,) scale the predicted new experts of a tree's
     k-th pick by beta[fold[tree], k] (union_scale.py; None: 1).
@@ -173,7 +159,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
     for i in range(len(trees)):
         n_max = max(n_max, n_nodes[trees[i]])
     bits = np.zeros((n_max, L, W), dtype=np.uint64)  # one tree's bitsets, reused
-    spread_lo, spread_hi = _spread(layer)
+    spread_lo, spread_hi, token_min = steps
     first_child = np.zeros(n_max, dtype=np.int64)  # a tree's children lists (0: none) ...
     next_sib = np.zeros(n_max, dtype=np.int64)
     fr = np.zeros(n_max, dtype=np.int64)  # ... and its frontier, in no order
@@ -183,11 +169,6 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
     res_flat = resident.reshape(resident.shape[0], LW)
     slope = 0.0
     T = min(layer.shape[1], other.shape[1])
-    step_min = np.zeros(T)  # least seconds one more token adds to a layer, over every count of experts
-    for j in range(T - 1):
-        step_min[j] = layer[0, j + 1] - layer[0, j]
-        for e in range(1, layer.shape[0]):
-            step_min[j] = min(step_min[j], layer[e, j + 1] - layer[e, j])
     tail = np.zeros(T)
     i = 0
     while i < len(trees):
@@ -215,7 +196,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, other, 
         t0 = layers_now + copy * miss + other[tree, tok]
         tail[T - 1] = np.inf  # tail[k]: the least one more token costs from k tokens on
         for j in range(T - 2, -1, -1):
-            tail[j] = min(tail[j + 1], other[tree, j + 1] - other[tree, j] + L * step_min[j])
+            tail[j] = min(tail[j + 1], other[tree, j + 1] - other[tree, j] + L * token_min[j])
         lam = rate[0] / rate[1] if rate is not None and rate[1] > 0.0 else 1.0 / t0
         best_score = 1.0 - lam * t0
         best = 0
@@ -416,7 +397,7 @@ def auto_order(trees, predicted: np.ndarray, value: np.ndarray, pricer: StepPric
     rate = np.zeros(2) if rate is None else rate
     beta_fold = (None, None) if scale is None else scale
     args = (ids, trees.start, trees.n_nodes, trees.trace.nodes["parent"], value, trees.cum_logprob, predicted,
-            pricer.masks, pricer.layer, other, pricer.draft, pricer.copy, res, order, best_k, patience)
+            pricer.masks, pricer.layer, pricer.steps, other, pricer.draft, pricer.copy, res, order, best_k, patience)
     if visited_only and only is None:
         end = np.zeros(trees.n_trees, dtype=np.int64)
         for _, sl in trees.request_slices():

@@ -61,6 +61,8 @@ class StepPricer:
     layers: int
     num_experts: int
     cost: CostModel
+    steps: tuple[np.ndarray, np.ndarray, np.ndarray]  # layer_steps(layer), for the auto growth
+
 
     @property
     def groups(self) -> int:
@@ -78,8 +80,9 @@ class StepPricer:
         union[:, :, 0] = np.arange(per_group + 1)
         layer = cost.layer_times(union, tokens).T
         copy = float(cost.copy_time(np.ones(1))[0]) if p.stateful else 0.0
-        return cls(np.ascontiguousarray(layer), copy, cost.draft_time(speculative=True), masks, m.num_moe_layers,
-                   m.num_experts, cost)
+        layer = np.ascontiguousarray(layer)
+        return cls(layer, copy, cost.draft_time(speculative=True), masks, m.num_moe_layers, m.num_experts, cost,
+                   layer_steps(layer))
 
     def other(self, context: np.ndarray, max_tokens: int) -> np.ndarray:
         """(trees, max_tokens + 2) O(n, context): seconds outside the routed experts, no draft."""
@@ -116,3 +119,20 @@ class StepPricer:
         miss_after = None if resident is None else (grown & ~resident).sum(axis=1)
         n = int(selected)
         return self.step_time(after, n + 1, context, miss_after) - self.step_time(counts, n, context, miss)
+
+
+def layer_steps(layer: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What the auto growth reads of a layer table F (experts + 1, tokens), once per table rather
+    than once per grown tree: (lo, hi) (experts + 1, tokens), the least and greatest expert step
+    F(e + 1, j) - F(e, j) over e > i (inf / -inf where there is none), so "F(., j) is affine from i
+    up" is one comparison; and (tokens,) the least token step F(e, j + 1) - F(e, j) over e (0 in
+    the last column)."""
+    E, T = layer.shape
+    lo, hi = np.full((E, T), np.inf), np.full((E, T), -np.inf)
+    d = np.diff(layer, axis=0)  # d[e] = F(e + 1) - F(e)
+    lo[: E - 2] = np.minimum.accumulate(d[::-1], axis=0)[::-1][1:]
+    hi[: E - 2] = np.maximum.accumulate(d[::-1], axis=0)[::-1][1:]
+    token = np.zeros(T)
+    if T > 1:
+        token[: T - 1] = np.diff(layer, axis=1).min(axis=0)
+    return lo, hi, token

@@ -21,7 +21,7 @@ from ecosim.policies.evict import evict_prefix
 from ecosim.policies.presets import chain, eagle_tree
 from ecosim.catalog.devices import get_device
 from ecosim.cost import CostConfig, CostModel
-from ecosim.marginal import StepPricer
+from ecosim.marginal import StepPricer, layer_steps
 from ecosim.catalog.drafts import DraftCost
 from ecosim.placements import Hbm, parse_placement
 from ecosim.policies import PolicySpec, select_confidence
@@ -41,9 +41,24 @@ def run_grow(parent, value, experts, draft=0.0, layer=None, other=None):
     order = np.zeros(n, dtype=np.int64)
     best = np.zeros(1, dtype=np.int64)
     grow(np.array([0]), np.array([0]), np.array([n]), np.array(parent, dtype=np.int64), np.array(value, dtype=np.float64),
-         np.log(np.maximum(value, 1e-300)), ids, np.full((1, 1), np.uint64(2**64 - 1)), layer, other, draft, 0.0,
+         np.log(np.maximum(value, 1e-300)), ids, np.full((1, 1), np.uint64(2**64 - 1)), layer, layer_steps(layer),
+         other, draft, 0.0,
          np.zeros((0, 1, 1), dtype=np.uint64), order, best, PATIENCE)
     return int(best[0]), order
+
+
+@pytest.mark.parametrize("shape", [(1, 3), (2, 3), (3, 1), (6, 4), (65, 9)])
+def test_layer_steps_are_the_step_bounds_by_their_definition(shape):
+    # lo / hi[i, j]: min / max over e > i of F(e + 1, j) - F(e, j); token[j]: min over e of F(e, j + 1) - F(e, j)
+    layer = np.random.default_rng(shape[0]).random(shape).cumsum(axis=0).cumsum(axis=1)
+    lo, hi, token = layer_steps(layer)
+    E, T = shape
+    for i in range(E):
+        for j in range(T):
+            d = [layer[e + 1, j] - layer[e, j] for e in range(i + 1, E - 1)]
+            assert lo[i, j] == (min(d) if d else np.inf) and hi[i, j] == (max(d) if d else -np.inf)
+    for j in range(T):
+        assert token[j] == (min(layer[e, j + 1] - layer[e, j] for e in range(E)) if j < T - 1 else 0.0)
 
 
 def test_auto_takes_a_pair_of_siblings_neither_of_which_pays_alone():
@@ -84,7 +99,7 @@ def test_auto_matches_confidence_at_the_best_budget_when_experts_are_free(write)
     masks = bitsets.device_masks(TINY.num_experts, 1)
     rate = np.zeros(2)
     grow(np.arange(t.n_trees), t.start, t.n_nodes, trace.nodes["parent"], value, t.cum_logprob, trace.experts_3d(),
-         masks, free, np.repeat(other[None], t.n_trees, 0), draft, 0.0,
+         masks, free, layer_steps(free), np.repeat(other[None], t.n_trees, 0), draft, 0.0,
          np.zeros((0, TINY.num_moe_layers, masks.shape[1]), dtype=np.uint64), order, best_k, 0, None, None, None, rate)
     selected = auto_select(t, order, best_k)
     tokens, seconds = 0.0, 0.0
@@ -119,7 +134,7 @@ def test_auto_prices_steps_at_the_running_rate_not_each_steps_own():
     def best_with(rate):
         order, bk = np.zeros(3, dtype=np.int64), np.zeros(1, dtype=np.int64)
         grow(np.array([0]), np.array([0]), np.array([3]), np.array(parent, dtype=np.int64), np.array(value), np.log([1.0, 0.6, 0.3]),
-             ids, np.full((1, 1), np.uint64(2**64 - 1)), layer, other, 0.0, 0.0, np.zeros((0, 1, 1), dtype=np.uint64), order, bk,
+             ids, np.full((1, 1), np.uint64(2**64 - 1)), layer, layer_steps(layer), other, 0.0, 0.0, np.zeros((0, 1, 1), dtype=np.uint64), order, bk,
              0, None, None, None, rate)
         return int(bk[0])
 
