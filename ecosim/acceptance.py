@@ -130,7 +130,6 @@ class Calibration:
     in_sample: bool  # a single-request trace: fitted on its own verdicts
     tree_slope: float = 1.0  # mean over folds of b in E[A | V] = a + b V (rescale_trees): 1 when V ranks trees as they are
 
-
     def describe(self) -> dict[str, float | bool]:
         return {k: getattr(self, k) for k in ("ece", "brier", "raw_ece", "raw_brier", "predicted_accept_len",
                                               "raw_predicted_accept_len", "observed_accept_len", "in_sample",
