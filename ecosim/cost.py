@@ -2,7 +2,7 @@
 
 A batch-1 step verifying n tokens after a context of c tokens, on D devices of a placement, costs
 
-    t_step = T_step + K * tau_k                                              fixed: step, kernels
+    t_step = T_step + (K + L K_x) * tau_k                                    fixed: step, kernels
            + sum_layers [ A_l (tau_c + tau_l + 2 (D-1)/D * n h a / B_link)        all-reduces
                         + X_l (tau_c + tau_l + (G-1)/G * n k h a / B_link) ]     all-to-alls
            + sum_moe_layers max_g comb( u_lg f e / (beta B),  2 n k P_e / (D pi eta(m_l)) )
@@ -13,9 +13,10 @@ A batch-1 step verifying n tokens after a context of c tokens, on D devices of a
               + (K_spec + d K_level) tau_k + d T_level                  its bookkeeping (drafts.py)
               + [not spec_overlap] T_sync]
 
-with the model's shape (catalog/models.py): K kernels on the layers' critical paths (kernels_per_step),
+with the model's shape (catalog/models.py): K kernels on the layers' critical paths (kernels_per_step), L layers,
 e bytes per routed expert, P_e its parameters, k = top_k, h hidden size, kappa KV bytes per
 token, W_dense / P_dense the dense bytes / parameters, a = 2 bytes per activation (BF16);
+K_x kernels per layer an older engine release adds (the serving profile's extra_layer_kernels, 0 today);
 the placement (placements/): u_lg distinct experts of layer l's union read by expert group g, f
 the fraction of an expert a device reads (1/tp), G expert groups, A_l / X_l all-reduces /
 all-to-alls of layer l; the device (catalog/devices.py): B HBM bandwidth, pi dense peak
@@ -104,6 +105,7 @@ class Terms:
     serving: str
     step_fixed_s: float
     kernel_latency_s: float
+    extra_layer_kernels: float
     collective_latency_s: float
     bw_efficiency: float
     compute_efficiency: float
@@ -125,6 +127,7 @@ class Terms:
             serving=s.name,
             step_fixed_s=_first(config.step_overhead_s, device.step_overhead_s, s.step_fixed_s),
             kernel_latency_s=s.kernel_latency_s,
+            extra_layer_kernels=s.extra_layer_kernels,
             collective_latency_s=_first(config.link_latency_s, s.collective_latency_s),
             bw_efficiency=_first(config.bw_efficiency, device.bw_efficiency, s.bw_efficiency),
             compute_efficiency=_first(config.compute_efficiency, device.compute_efficiency, s.compute_efficiency),
@@ -184,11 +187,17 @@ class CostModel:
         return self.terms.kernel_latency_s + (0.0 if self.experts_only else self.device.graph_node_s)
 
     @property
+    def kernels(self) -> float:
+        """Kernels on a step's critical path: K + L K_x, the model's fused count plus what the serving
+        profile says its engine release launches beyond it on every decoder layer."""
+        return self.model.kernels_per_step + self.model.num_layers * self.terms.extra_layer_kernels
+
+    @property
     def step_overhead(self) -> float:
-        """Fixed seconds per step: T_step + K tau_k (0 under experts-only)."""
+        """Fixed seconds per step: T_step + (K + L K_x) tau_k (0 under experts-only)."""
         if self.experts_only:
             return 0.0
-        return self.terms.step_fixed_s + self.model.kernels_per_step * self.kernel_s
+        return self.terms.step_fixed_s + self.kernels * self.kernel_s
 
     def check(self, context_tokens: int) -> None:
         """Refuse a placement whose weights and KV do not fit a device (placements/base.py)."""
@@ -324,7 +333,7 @@ class CostModel:
             return {"bw_efficiency": 1.0, "step_overhead_s": 0.0, "draft_time_s": 0.0}
         used: dict[str, object] = {k: v for k, v in asdict(self.terms).items() if k != "draft_time_s"}
         used["step_overhead_s"] = self.step_overhead  # step_fixed_s + kernels_per_step x (kernel_latency_s + graph_node_s)
-        used["kernels_per_step"] = self.model.kernels_per_step
+        used["kernels_per_step"] = self.kernels
         if self.device.graph_node_s:  # a platform's own cost per kernel node (devices.py), named where it applies
             used["graph_node_s"] = self.device.graph_node_s
         used["draft_time_s"] = self.draft_time(speculative=True)
@@ -337,7 +346,7 @@ class CostModel:
             "placement": str(self.placement),
             "cost_mode": self.config.mode,
             "terms": asdict(self.terms),
-            "kernels_per_step": self.model.kernels_per_step,
+            "kernels_per_step": self.kernels,
             "achieved_bw": self.bw,
             "achieved_peak_flops": self.peak,
             "step_overhead_s": self.step_overhead,

@@ -20,6 +20,7 @@ from ecosim.catalog.models import ModelShape, get_model
 from ecosim.catalog.serving import ServingProfile, load_serving
 from ecosim.cli.options import terms_text
 from ecosim.cost import CostConfig, CostModel
+from ecosim.errors import EcoSimError
 from ecosim.placements import parse_placement
 
 # One MoE layer (GQA, no shared expert: 5 + 7 = 12 kernels), 8 experts of 1000 bytes and 96 parameters
@@ -51,6 +52,20 @@ def test_one_layer_one_device_by_hand():
     # fixed 1 + 12 kernels x 0.1 = 2.2; experts 3 x 1000 / (1000 x 0.5) = 6 + FLOPs 2 x 2 tokens x 2 x 96 / 1000 = 0.768;
     # dense 500 / 500 = 1 + 2 x 2 x 250 / 1000 = 1; KV (8 + 2) x 10 / 500 = 0.2
     assert step(cost(), 0, 1, 5) == pytest.approx(2.2 + 6.768 + 2.0 + 0.2)
+
+
+def test_an_older_engine_release_adds_its_extra_kernels_on_every_layer():
+    # SHAPE has 1 layer of 12 kernels; 3 more per layer at 0.1 s each: fixed 1 + (12 + 1 x 3) x 0.1 = 2.5, 0.3 over
+    assert cost(extra_layer_kernels=3).kernels == 15 and cost(extra_layer_kernels=3).step_overhead == pytest.approx(2.5)
+    assert step(cost(extra_layer_kernels=3), 0, 1, 5) - step(cost(), 0, 1, 5) == pytest.approx(0.3)
+    deep = dataclasses.replace(SHAPE, num_layers=4, moe_layers=(0, 1, 2, 3))  # 4 x 12 fused + 4 x 3 extra = 60 kernels
+    c = CostModel(deep, DEVICE, config=CostConfig(serving=PROFILE.replace(extra_layer_kernels=3)))
+    assert c.kernels == 60 and c.applied()["kernels_per_step"] == 60 and c.step_overhead == pytest.approx(1 + 60 * 0.1)
+    assert "60 kernels (3 per layer beyond the fused count)" in terms_text(c.applied())
+    assert load_serving("cuda-graphs").extra_layer_kernels == 0  # a current engine: the fused count
+    assert "beyond the fused count" not in terms_text(cost().applied())
+    with pytest.raises(EcoSimError, match="non-negative"):
+        ServingProfile.from_dict({"name": "bad", "extra_layer_kernels": -1})
 
 
 def test_overlap_max_takes_the_larger_of_memory_and_compute():

@@ -136,6 +136,19 @@ def test_a_row_declares_its_engine_terms_and_the_host_sync_is_free_only_there():
     assert v2[1 + FREE.index("spec_sync_s")].draft_time(True) == pytest.approx(v2[0].draft_time(True))  # overlapped: hidden
 
 
+def test_a_row_of_an_older_release_declares_its_extra_kernels_and_pays_them_at_the_kernel_latency():
+    from ecosim.fidelity import FREE, _costs
+    row = next(r for r in ROWS if r["id"] == "sglang5513-r1-h20x8-plain-bs1")
+    assert row["sim"]["serving"] == {"extra_layer_kernels": 63} and not row["fit"]
+    shape = at_dtype(get_model(row["sim"]["model"]), row["sim"]["dtype"])
+    base = load_serving("cuda-graphs")
+    old = _costs(shape, row["sim"], base, 0)
+    new = _costs(shape, {**row["sim"], "serving": {}}, base, 0)
+    assert old[0].kernels - new[0].kernels == 61 * 63  # on each of DeepSeek's 61 decoder layers
+    tau = 1 + FREE.index("kernel_latency_s")  # theta's unit vector: the fixed time is the kernel count in seconds
+    assert old[tau].step_overhead - new[tau].step_overhead == pytest.approx(61 * 63)
+
+
 def test_a_row_spanning_nodes_prices_every_collective_on_the_inter_node_link():
     from ecosim.catalog.devices import get_device
     from ecosim.fidelity import _costs
