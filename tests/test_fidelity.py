@@ -212,3 +212,18 @@ def test_cli_refuses_nodes_on_a_device_without_an_inter_node_link(tmp_path):
     table.write_text(json.dumps({"rows": [row]}))
     r = ecosim("fidelity", "--table", str(table))
     assert r.returncode == 2 and "inter-node" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_cli_markdown_links_every_row_to_its_source_and_ends_with_the_summary(tmp_path):
+    rows = [r for r in ROWS if r["id"] in ("specdrift-gptoss20b-h100-plain-bs1", "baseten-mixtral-a100-int8-bs1")]
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps({"rows": rows}))
+    r = ecosim("fidelity", "--table", str(table), "--markdown")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "| row | setting | metric | published | predicted | error |"
+    body = [x for x in lines if x.startswith("| [")]
+    assert [x.split("]")[0][3:] for x in body] == [x["id"] for x in rows]
+    assert all(f"]({x['url']})" in line for x, line in zip(rows, body))
+    assert "(fit)" in body[0] and "(fit)" not in body[1]  # the fit set is marked
+    assert lines[-1] == "```" and any(x.startswith("plain batch-1 decode, every row: 2 rows") for x in lines)

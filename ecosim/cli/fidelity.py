@@ -35,6 +35,17 @@ def _table(results: list[Any]) -> Table:
     return t
 
 
+def _markdown(results: list[Any]) -> str:
+    """The rows as a Markdown table, each id linked to its source (the README's table)."""
+    out = ["| row | setting | metric | published | predicted | error |", "|---|---|---|---|---|---|"]
+    for x in results:
+        r, s = x.row, x.row["sim"]
+        tag = " (fit)" if r.get("fit") else " (separate)" if r.get("separate") else ""
+        out.append(f"| [{r['id']}]({r['url']}){tag} | {s['model']} {s['dtype']}, {s['hardware']} {s['placement']} | {r['metric']} "
+                   f"| {r['value']:.4g} | {x.predicted:.4g} | {x.error * 100:+.0f}% |")
+    return "\n".join(out)
+
+
 def _summary_lines(s: dict[str, Any]) -> list[str]:
     out = []
     for key, label in (("plain_all", "plain batch-1 decode, every row"), ("plain_held_out", "plain, held-out rows"),
@@ -61,6 +72,7 @@ def fidelity(
     table: Annotated[Path | None, typer.Option(help="A published-measurements JSON of the same format; default: the one shipped.")] = None,
     write_profile: Annotated[Path | None, typer.Option(help="Write the fitted serving profile to this (new) JSON file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+    markdown: Annotated[bool, typer.Option(help="Print the rows as a Markdown table, each linked to its source, then the summary lines.")] = False,
 ) -> None:
     """Predict every published measurement the simulator can reproduce and report the errors.
 
@@ -92,10 +104,14 @@ def fidelity(
             "summary": s,
         }, indent=1))
         return
+    head = (f"profile {base.name}, " + ("fitted on the F rows: " if fit else "as shipped: ")
+            + ", ".join(f"{k} {v * 1e6:.3g} us" for k, v in used.items()))
+    if markdown:
+        print(_markdown(results) + "\n\n```\n" + "\n".join([head, *_summary_lines(s)]) + "\n```")
+        return
     console = wide_console()
     console.print(_table(results))
-    console.print(f"profile {base.name}, " + ("fitted on the F rows: " if fit else "as shipped: ")
-                  + ", ".join(f"{k} {v * 1e6:.3g} us" for k, v in used.items()))
+    console.print(head)
     for line in _summary_lines(s):
         console.print(line)
     console.print(f"[dim]{len(skipped)} rows not predicted (batch > 1, no acceptance length, unknown shape or hardware); "
