@@ -13,17 +13,17 @@ A batch-1 step verifying n tokens after a context of c tokens, on D devices of a
               + (K_spec + d K_level) tau_k + d T_level                  its bookkeeping (drafts.py)
               + [not spec_overlap] T_sync]
 
-with the model's shape (catalog/models.py): K kernels on the layers' critical paths (kernels_per_step), L layers,
+with the model's shape (catalog/models.py): K kernels on the layers' critical paths (kernels_per_step), L decoder layers,
 e bytes per routed expert, P_e its parameters, k = top_k, h hidden size, kappa KV bytes per
 token, W_dense / P_dense the dense bytes / parameters, a = 2 bytes per activation (BF16);
-K_x kernels per layer an older engine release adds (the serving profile's extra_layer_kernels, 0 today);
 the placement (placements/): u_lg distinct experts of layer l's union read by expert group g, f
 the fraction of an expert a device reads (1/tp), G expert groups, A_l / X_l all-reduces /
 all-to-alls of layer l; the device (catalog/devices.py): B HBM bandwidth, pi dense peak
 (FP8 where weights are <= 1 byte), B_link, tau_l the link's own latency per collective (0 within
 a node; an inter-node fabric's hops), B_pcie, g the platform's graph-replay cost per kernel node
 beyond the NVIDIA reference (0 on NVIDIA); and the serving profile (catalog/serving.py): T_step,
-tau_k = kernel_latency_s + g, tau_c, beta, eta_0, the speculative step's kernels K_spec (tree mask, accept walk,
+tau_k = kernel_latency_s + g, K_x the kernels per layer an older engine release launches beyond K's fused count
+(extra_layer_kernels, 0 for a current engine), tau_c, beta, eta_0, the speculative step's kernels K_spec (tree mask, accept walk,
 KV compaction) and K_level per draft level (top-k, parent select), its exposed host time T_sync
 (zero where the engine overlaps it: spec_overlap), and the grouped-GEMM efficiency
 
@@ -187,10 +187,12 @@ class CostModel:
         return self.terms.kernel_latency_s + (0.0 if self.experts_only else self.device.graph_node_s)
 
     @property
-    def kernels(self) -> float:
+    def kernels(self) -> int | float:
         """Kernels on a step's critical path: K + L K_x, the model's fused count plus what the serving
-        profile says its engine release launches beyond it on every decoder layer."""
-        return self.model.kernels_per_step + self.model.num_layers * self.terms.extra_layer_kernels
+        profile says its engine release launches beyond it on every decoder layer (a whole number
+        unless a profile declares a fractional K_x)."""
+        k = self.model.kernels_per_step + self.model.num_layers * self.terms.extra_layer_kernels
+        return int(k) if float(k).is_integer() else k
 
     @property
     def step_overhead(self) -> float:
@@ -332,7 +334,7 @@ class CostModel:
         if self.experts_only:  # routed-expert bytes at the raw bandwidth, nothing else
             return {"bw_efficiency": 1.0, "step_overhead_s": 0.0, "draft_time_s": 0.0}
         used: dict[str, object] = {k: v for k, v in asdict(self.terms).items() if k != "draft_time_s"}
-        used["step_overhead_s"] = self.step_overhead  # step_fixed_s + kernels_per_step x (kernel_latency_s + graph_node_s)
+        used["step_overhead_s"] = self.step_overhead  # step_fixed_s + kernels (K + L K_x) x (kernel_latency_s + graph_node_s)
         used["kernels_per_step"] = self.kernels
         if self.device.graph_node_s:  # a platform's own cost per kernel node (devices.py), named where it applies
             used["graph_node_s"] = self.device.graph_node_s

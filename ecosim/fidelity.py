@@ -13,6 +13,8 @@ placement, after its context:
 
 A row's `sim.serving` sets the serving-profile terms its engine declares (e.g. `spec_overlap`
 false for SGLang before spec v2, whose scheduler cannot overlap a speculative step's host work).
+A row of an engine release that launched more kernels per layer than the fused count declares them
+(`extra_layer_kernels`, serving.py: counted or estimated from that release's source, its notes say which).
 A row's `sim.nodes` (default 1) says its placement spans that many nodes: every collective then
 crosses the device's inter-node fabric (its data file's internode_link_bw / internode_latency_s).
 A row with `separate` (why, quoting the source) measured a configuration its own source calls
@@ -65,7 +67,7 @@ POSITIONS = 64  # per request of a synthetic trace; 2 requests
 
 
 def load_rows(path: Path = PUBLISHED) -> list[dict[str, Any]]:
-    """The published rows, each checked: a URL, a known metric, a positive value."""
+    """The published rows, each checked: a URL, a known metric, a positive value, serving terms a profile has."""
     try:
         rows = json.loads(path.read_text())["rows"]
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -77,6 +79,14 @@ def load_rows(path: Path = PUBLISHED) -> list[dict[str, Any]]:
             raise EcoSimError(f"{path}: row {r['id']!r}: value must be a positive number")
         if "separate" in r and (not isinstance(r["separate"], str) or not r["separate"].strip() or r.get("fit")):
             raise EcoSimError(f"{path}: row {r['id']!r}: separate must say why, quoting the source, and a separate row cannot be fitted")
+        serving = (r.get("sim") or {}).get("serving", {})
+        fields = {f.name for f in dataclasses.fields(ServingProfile)} - {"name", "source", "sources", "fitted_on"}
+        if not isinstance(serving, dict) or set(serving) - fields:
+            raise EcoSimError(f"{path}: row {r['id']!r}: sim.serving must be an object of serving-profile terms ({', '.join(sorted(fields))})")
+        try:  # its values checked as a profile's are
+            ServingProfile.from_dict({"name": f"row {r['id']}", **serving})
+        except TypeError:
+            raise EcoSimError(f"{path}: row {r['id']!r}: sim.serving values must be numbers (spec_overlap true or false)") from None
         nodes = (r.get("sim") or {}).get("nodes", 1)
         if not isinstance(nodes, int) or nodes < 1:
             raise EcoSimError(f"{path}: row {r['id']!r}: sim.nodes must be a whole number >= 1")
@@ -138,7 +148,7 @@ def _costs(shape: ModelShape, sim: dict[str, Any], base: ServingProfile, depth: 
     place = parse_placement(sim["placement"])
     draft = draft_cost({"kind": sim.get("draft", "eagle3")}, shape)
     out = []
-    engine = base.replace(**sim.get("serving", {}))  # the row's declared engine terms
+    engine = ServingProfile.from_dict(sim.get("serving") or {}, base)  # the row's declared engine terms, checked
     for unit in (None, *FREE):
         prof = engine.replace(**{k: (1.0 if k == unit else 0.0) for k in FREE})
         out.append(CostModel(shape, device, place, CostConfig(serving=prof), tree_depth=depth, draft=draft))

@@ -58,12 +58,17 @@ def test_an_older_engine_release_adds_its_extra_kernels_on_every_layer():
     # SHAPE has 1 layer of 12 kernels; 3 more per layer at 0.1 s each: fixed 1 + (12 + 1 x 3) x 0.1 = 2.5, 0.3 over
     assert cost(extra_layer_kernels=3).kernels == 15 and cost(extra_layer_kernels=3).step_overhead == pytest.approx(2.5)
     assert step(cost(extra_layer_kernels=3), 0, 1, 5) - step(cost(), 0, 1, 5) == pytest.approx(0.3)
-    deep = dataclasses.replace(SHAPE, num_layers=4, moe_layers=(0, 1, 2, 3))  # 4 x 12 fused + 4 x 3 extra = 60 kernels
+    # a dense first layer (5 + 4 = 9 kernels) and 3 MoE layers (12 each): 45 fused + 4 layers x 3 extra = 57 kernels
+    deep = dataclasses.replace(SHAPE, num_layers=4, moe_layers=(1, 2, 3))
     c = CostModel(deep, DEVICE, config=CostConfig(serving=PROFILE.replace(extra_layer_kernels=3)))
-    assert c.kernels == 60 and c.applied()["kernels_per_step"] == 60 and c.step_overhead == pytest.approx(1 + 60 * 0.1)
-    assert "60 kernels (3 per layer beyond the fused count)" in terms_text(c.applied())
-    assert load_serving("cuda-graphs").extra_layer_kernels == 0  # a current engine: the fused count
+    assert c.kernels == 57 and c.applied()["kernels_per_step"] == 57 and c.step_overhead == pytest.approx(1 + 57 * 0.1)
+    assert "57 kernels (3 per layer beyond the fused count)" in terms_text(c.applied())
     assert "beyond the fused count" not in terms_text(cost().applied())
+    # the draft's forwards are its own model's kernels: an older target release does not add to them
+    draft = DraftCost(kind="model", forward_bytes=100, forward_kernels=5, assumed=False)
+    with_extra = CostModel(SHAPE, DEVICE, config=CostConfig(serving=PROFILE.replace(extra_layer_kernels=3)), tree_depth=2, draft=draft)
+    plain = CostModel(SHAPE, DEVICE, config=CostConfig(serving=PROFILE), tree_depth=2, draft=draft)
+    assert with_extra.draft_forward_time() == plain.draft_forward_time() and with_extra.draft_time(True) == plain.draft_time(True)
     with pytest.raises(EcoSimError, match="non-negative"):
         ServingProfile.from_dict({"name": "bad", "extra_layer_kernels": -1})
 
@@ -240,7 +245,9 @@ def test_shipped_profiles_name_a_source_for_every_constant():
     for name in ("cuda-graphs", "eager"):
         p = load_serving(name)
         assert p.source and {k for k, _ in p.sources} >= {"step_fixed_s", "kernel_latency_s", "collective_latency_s",
-                                                          "bw_efficiency", "gemm_tile_rows", "memory_fraction"}
+                                                          "bw_efficiency", "gemm_tile_rows", "memory_fraction",
+                                                          "extra_layer_kernels"}
+        assert p.extra_layer_kernels == 0  # a current engine launches the fused count
 
 
 MODEL = get_model("qwen3-30b-a3b")

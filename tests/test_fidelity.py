@@ -227,3 +227,14 @@ def test_cli_markdown_links_every_row_to_its_source_and_ends_with_the_summary(tm
     assert all(f"]({x['url']})" in line for x, line in zip(rows, body))
     assert "(fit)" in body[0] and "(fit)" not in body[1]  # the fit set is marked
     assert lines[-1] == "```" and any(x.startswith("plain batch-1 decode, every row: 2 rows") for x in lines)
+
+
+@pytest.mark.parametrize("serving, why", [({"extra_layer_kernels": -40}, "non-negative"), ({"extra_kernels": 3}, "serving-profile terms"),
+                                          ({"extra_layer_kernels": "many"}, "numbers")])
+def test_cli_refuses_a_row_whose_engine_terms_are_not_a_profiles(tmp_path, serving, why):
+    row = json.loads(json.dumps(next(r for r in ROWS if r["id"] == "sglang5513-r1-h20x8-plain-bs1")))
+    row["sim"]["serving"] = serving
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps({"rows": [row]}))
+    r = ecosim("fidelity", "--table", str(table))
+    assert r.returncode == 2 and why in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -29,8 +29,9 @@ class ServingProfile:
     step_fixed_s: float = 0.0  # s per verification step: sampling, scheduling, graph launch, LM-head argmax
     kernel_latency_s: float = 0.0  # s per kernel on a layer's critical path (model's kernels_per_layer)
     # Kernels per decoder layer an engine release launches beyond the fused count of ModelShape.kernels_per_layer
-    # (unfused elementwise chains, a router top-k in many small ops, expert-parallel reorders), counted from that
-    # release's source; 0 for a current engine, whose count kernels_per_layer is. Each costs kernel_latency_s.
+    # (unfused elementwise chains, a router top-k in many small ops, expert-parallel reorders), counted or estimated
+    # from that release's source (a published row's notes say which); 0 for a current engine, whose count
+    # kernels_per_layer is. Each costs kernel_latency_s.
     extra_layer_kernels: float = 0.0
     collective_latency_s: float = 0.0  # s per all-reduce or all-to-all round, before its bytes over the link
     bw_efficiency: float = 1.0  # achieved fraction of peak HBM bandwidth

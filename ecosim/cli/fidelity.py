@@ -107,6 +107,7 @@ def fidelity(
     head = (f"profile {base.name}, " + ("fitted on the F rows: " if fit else "as shipped: ")
             + ", ".join(f"{k} {v * 1e6:.3g} us" for k, v in used.items()))
     if markdown:
+        head = head.replace("the F rows", "the (fit) rows")
         print(_markdown(results) + "\n\n```\n" + "\n".join([head, *_summary_lines(s)]) + "\n```")
         return
     console = wide_console()
