@@ -2,7 +2,7 @@
 
 A batch-1 step verifying n tokens after a context of c tokens, on D devices of a placement, costs
 
-    t_step = T_step + (K + L K_x) * tau_k                                    fixed: step, kernels
+    t_step = T_step + K tau_k + L K_x (tau_x + g)                            fixed: step, kernels
            + sum_layers [ A_l (tau_c + tau_l + 2 (D-1)/D * n h a / B_link)        all-reduces
                         + X_l (tau_c + tau_l + (G-1)/G * n k h a / B_link) ]     all-to-alls
            + sum_moe_layers max_g comb( u_lg f e / (beta B),  2 n k P_e / (D pi eta(m_l)) )
@@ -23,7 +23,7 @@ all-to-alls of layer l; the device (catalog/devices.py): B HBM bandwidth, pi den
 a node; an inter-node fabric's hops), B_pcie, g the platform's graph-replay cost per kernel node
 beyond the NVIDIA reference (0 on NVIDIA); and the serving profile (catalog/serving.py): T_step,
 tau_k = kernel_latency_s + g, K_x the kernels per layer an older engine release launches beyond K's fused count
-(extra_layer_kernels, 0 for a current engine), tau_c, beta, eta_0, the speculative step's kernels K_spec (tree mask, accept walk,
+(extra_layer_kernels, 0 for a current engine) and tau_x the cost of each of those tiny kernels (extra_kernel_s), tau_c, beta, eta_0, the speculative step's kernels K_spec (tree mask, accept walk,
 KV compaction) and K_level per draft level (top-k, parent select), its exposed host time T_sync
 (zero where the engine overlaps it: spec_overlap), and the grouped-GEMM efficiency
 
@@ -106,6 +106,7 @@ class Terms:
     step_fixed_s: float
     kernel_latency_s: float
     extra_layer_kernels: float
+    extra_kernel_s: float
     collective_latency_s: float
     bw_efficiency: float
     compute_efficiency: float
@@ -128,6 +129,7 @@ class Terms:
             step_fixed_s=_first(config.step_overhead_s, device.step_overhead_s, s.step_fixed_s),
             kernel_latency_s=s.kernel_latency_s,
             extra_layer_kernels=s.extra_layer_kernels,
+            extra_kernel_s=s.extra_kernel_s,
             collective_latency_s=_first(config.link_latency_s, s.collective_latency_s),
             bw_efficiency=_first(config.bw_efficiency, device.bw_efficiency, s.bw_efficiency),
             compute_efficiency=_first(config.compute_efficiency, device.compute_efficiency, s.compute_efficiency),
@@ -196,10 +198,12 @@ class CostModel:
 
     @property
     def step_overhead(self) -> float:
-        """Fixed seconds per step: T_step + (K + L K_x) tau_k (0 under experts-only)."""
+        """Fixed seconds per step: T_step + K tau_k + L K_x (tau_x + g) (0 under experts-only)."""
         if self.experts_only:
             return 0.0
-        return self.terms.step_fixed_s + self.kernels * self.kernel_s
+        extra = self.model.num_layers * self.terms.extra_layer_kernels
+        graph = self.device.graph_node_s  # every graph node pays the platform's own replay cost
+        return self.terms.step_fixed_s + self.model.kernels_per_step * self.kernel_s + extra * (self.terms.extra_kernel_s + graph)
 
     def check(self, context_tokens: int) -> None:
         """Refuse a placement whose weights and KV do not fit a device (placements/base.py)."""
@@ -334,7 +338,7 @@ class CostModel:
         if self.experts_only:  # routed-expert bytes at the raw bandwidth, nothing else
             return {"bw_efficiency": 1.0, "step_overhead_s": 0.0, "draft_time_s": 0.0}
         used: dict[str, object] = {k: v for k, v in asdict(self.terms).items() if k != "draft_time_s"}
-        used["step_overhead_s"] = self.step_overhead  # step_fixed_s + kernels (K + L K_x) x (kernel_latency_s + graph_node_s)
+        used["step_overhead_s"] = self.step_overhead  # step_fixed_s + K tau_k + L K_x (extra_kernel_s + graph_node_s)
         used["kernels_per_step"] = self.kernels
         if self.device.graph_node_s:  # a platform's own cost per kernel node (devices.py), named where it applies
             used["graph_node_s"] = self.device.graph_node_s

@@ -103,22 +103,22 @@ def test_a_time_option_is_the_exact_float():
 SELECTIONS = {"budget": [8], "lam": [0.5], "predictor": ["oracle"], "score": ["difference"], "value": ["calibrated"]}
 PINNED = {
     "default": (g.Settings(), None, "hbm",
-                ["f1b52f5d3ce168dee11f99fd2c9a0399", "64ccfdc09bd21a3bb6984205a6b79f09",
-                 "9825ec6a7597e4a88b342474062cbc80", "4b63f7ef1964dcd12ee289c2f2471233"]),
+                ["2fe26189b4266d3e9b7008710651607a", "e01d13bd8f9e97e813e8497696247a32",
+                 "d170c6f82455db037c0c6290d2e608d5", "1b3ef7cfdc41052ac347404ff541f639"]),
     "eager": (g.Settings(cost_config({"mode": "full", "bw_efficiency": "0.7", "draft_time_s": "1.5ms", "serving": "eager"}),
                          "989TFLOP/s"), 3.3e12, "ep:8",
-              ["11a5fbefff42aee0b2e725238a40f506", "585ea03d2069b4936058193f0d74cf8d",
-               "ede65e0a1376a7463ae30f4bfd14ca77", "af55473d9658808e56a9b3616dd099d0"]),
+              ["c996e16cad1376d103abf74284dc7649", "1d4ff6b20d408fab18a2f398f494ee58",
+               "56b14870a2b24e0a44d1f78c6044645a", "81de3e4c574885c50ee56c1e381abaf6"]),
     "experts-only": (g.Settings(cost_config({"mode": "experts-only"})), None, "offload:4:lru",
-                     ["a5265a8153eb4c5aaf64413458a0cce8", "10efc0236b56dcbc69058f227c5041c5",
-                      "c1bd48bcb1a90ee9285958c7ce04b1ce", "62a6307f96ab16051243d2d13c67089f"]),
+                     ["57f88fc03ac004f5179b16ef8b262e90", "261bd99bbe2b875c4d519d236f0201d1",
+                      "63961cd1a9f7068c231399f696f4c2bb", "07d6e1dbe0ca2c168e9d89918e5e86e0"]),
     "zero": (g.Settings(cost_config({"compute_efficiency": "0.5", "step_overhead_s": "0us", "draft_time_s": "0s"})),
              4.8e12, "hbm",
-             ["7adec064b4054283d3988040b0389454", "f952bb3cf6a49a3c721af3f1eb9c6838",
-              "5fb8d9b35aaf509aa39692052b8d551a", "132b572938be75b7235d0ad6d80ae218"]),
+             ["258cb539626b7c497aaadd90982c3975", "7322c023bd3aceeb72b26bf11962cf3b",
+              "076ac963cd812ed208f44c4924712609", "f66e06f95a145a3802c001ba4c6a1e1b"]),
     "30us, now exact": (g.Settings(cost_config({"step_overhead_s": "30us"})), None, "hbm",
-                        ["eb4a0dd9387b014748ec02e2d81d5bcb", "1506342feb7f5bb354dab21065881fa6",
-                         "3eeb0a08dac5b7a855ad573444c1f898", "2896a8e37d3c1df1b615793c8ee18b8f"]),
+                        ["1dd56a5b65898cc294b594364322c4b3", "9baac7b6feec519c9aea5e4175f8fc5f",
+                         "0a31894680a6876919248568b66820d6", "b68d189260212bcbfa868f448ba05322"]),
 }
 
 

@@ -55,18 +55,24 @@ def test_one_layer_one_device_by_hand():
 
 
 def test_an_older_engine_release_adds_its_extra_kernels_on_every_layer():
-    # SHAPE has 1 layer of 12 kernels; 3 more per layer at 0.1 s each: fixed 1 + (12 + 1 x 3) x 0.1 = 2.5, 0.3 over
-    assert cost(extra_layer_kernels=3).kernels == 15 and cost(extra_layer_kernels=3).step_overhead == pytest.approx(2.5)
-    assert step(cost(extra_layer_kernels=3), 0, 1, 5) - step(cost(), 0, 1, 5) == pytest.approx(0.3)
+    # SHAPE has 1 layer of 12 kernels at 0.1 s; 3 more tiny ones at 0.05 s: fixed 1 + 12 x 0.1 + 1 x 3 x 0.05 = 2.35
+    old = cost(extra_layer_kernels=3, extra_kernel_s=0.05)
+    assert old.kernels == 15 and old.step_overhead == pytest.approx(2.35)
+    assert step(old, 0, 1, 5) - step(cost(), 0, 1, 5) == pytest.approx(0.15)
     # a dense first layer (5 + 4 = 9 kernels) and 3 MoE layers (12 each): 45 fused + 4 layers x 3 extra = 57 kernels
     deep = dataclasses.replace(SHAPE, num_layers=4, moe_layers=(1, 2, 3))
-    c = CostModel(deep, DEVICE, config=CostConfig(serving=PROFILE.replace(extra_layer_kernels=3)))
-    assert c.kernels == 57 and c.applied()["kernels_per_step"] == 57 and c.step_overhead == pytest.approx(1 + 57 * 0.1)
-    assert "57 kernels (3 per layer beyond the fused count)" in terms_text(c.applied())
+    c = CostModel(deep, DEVICE, config=CostConfig(serving=PROFILE.replace(extra_layer_kernels=3, extra_kernel_s=0.05)))
+    assert c.kernels == 57 and c.applied()["kernels_per_step"] == 57 and c.step_overhead == pytest.approx(1 + 45 * 0.1 + 12 * 0.05)
+    assert "57 kernels (3 per layer beyond the fused count, 5e+04 us each)" in terms_text(c.applied())
     assert "beyond the fused count" not in terms_text(cost().applied())
+    # every graph node pays the platform's own replay cost: 1 + 12 x (0.1 + 0.01) + 3 x (0.05 + 0.01)
+    amd = CostModel(SHAPE, dataclasses.replace(DEVICE, graph_node_s=0.01),
+                    config=CostConfig(serving=PROFILE.replace(extra_layer_kernels=3, extra_kernel_s=0.05)))
+    assert amd.step_overhead == pytest.approx(1 + 12 * 0.11 + 3 * 0.06)
     # the draft's forwards are its own model's kernels: an older target release does not add to them
     draft = DraftCost(kind="model", forward_bytes=100, forward_kernels=5, assumed=False)
-    with_extra = CostModel(SHAPE, DEVICE, config=CostConfig(serving=PROFILE.replace(extra_layer_kernels=3)), tree_depth=2, draft=draft)
+    with_extra = CostModel(SHAPE, DEVICE, config=CostConfig(serving=PROFILE.replace(extra_layer_kernels=3, extra_kernel_s=0.05)),
+                           tree_depth=2, draft=draft)
     plain = CostModel(SHAPE, DEVICE, config=CostConfig(serving=PROFILE), tree_depth=2, draft=draft)
     assert with_extra.draft_forward_time() == plain.draft_forward_time() and with_extra.draft_time(True) == plain.draft_time(True)
     with pytest.raises(EcoSimError, match="non-negative"):
@@ -246,8 +252,8 @@ def test_shipped_profiles_name_a_source_for_every_constant():
         p = load_serving(name)
         assert p.source and {k for k, _ in p.sources} >= {"step_fixed_s", "kernel_latency_s", "collective_latency_s",
                                                           "bw_efficiency", "gemm_tile_rows", "memory_fraction",
-                                                          "extra_layer_kernels"}
-        assert p.extra_layer_kernels == 0  # a current engine launches the fused count
+                                                          "extra_layer_kernels", "extra_kernel_s"}
+        assert p.extra_layer_kernels == 0 and p.extra_kernel_s > 0  # a current engine: the fused count; a price for older ones
 
 
 MODEL = get_model("qwen3-30b-a3b")

@@ -136,7 +136,7 @@ def test_a_row_declares_its_engine_terms_and_the_host_sync_is_free_only_there():
     assert v2[1 + FREE.index("spec_sync_s")].draft_time(True) == pytest.approx(v2[0].draft_time(True))  # overlapped: hidden
 
 
-def test_a_row_of_an_older_release_declares_its_extra_kernels_and_pays_them_at_the_kernel_latency():
+def test_a_row_of_an_older_release_declares_its_extra_kernels_and_pays_each_the_tiny_kernel_cost():
     from ecosim.fidelity import FREE, _costs
     row = next(r for r in ROWS if r["id"] == "sglang5513-r1-h20x8-plain-bs1")
     assert row["sim"]["serving"] == {"extra_layer_kernels": 63} and not row["fit"]
@@ -145,8 +145,11 @@ def test_a_row_of_an_older_release_declares_its_extra_kernels_and_pays_them_at_t
     old = _costs(shape, row["sim"], base, 0)
     new = _costs(shape, {**row["sim"], "serving": {}}, base, 0)
     assert old[0].kernels - new[0].kernels == 61 * 63  # on each of DeepSeek's 61 decoder layers
-    tau = 1 + FREE.index("kernel_latency_s")  # theta's unit vector: the fixed time is the kernel count in seconds
-    assert old[tau].step_overhead - new[tau].step_overhead == pytest.approx(61 * 63)
+    # each at the profile's tiny-kernel cost, whatever the fitted kernel latency (theta = 0 and its unit vector)
+    tau = 1 + FREE.index("kernel_latency_s")
+    for i in (0, tau):
+        assert old[i].step_overhead - new[i].step_overhead == pytest.approx(61 * 63 * base.extra_kernel_s)
+    assert base.extra_kernel_s == pytest.approx(2.06e-6)
 
 
 def test_a_row_spanning_nodes_prices_every_collective_on_the_inter_node_link():

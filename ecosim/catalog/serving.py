@@ -31,8 +31,11 @@ class ServingProfile:
     # Kernels per decoder layer an engine release launches beyond the fused count of ModelShape.kernels_per_layer
     # (unfused elementwise chains, a router top-k in many small ops, expert-parallel reorders), counted or estimated
     # from that release's source (a published row's notes say which); 0 for a current engine, whose count
-    # kernels_per_layer is. Each costs kernel_latency_s.
+    # kernels_per_layer is.
     extra_layer_kernels: float = 0.0
+    # s per such extra kernel: they are tiny elementwise kernels (quantisation chains, rope, copies, sorts), cheaper
+    # than kernel_latency_s, which is fitted over the fused kernels, GEMMs included.
+    extra_kernel_s: float = 0.0
     collective_latency_s: float = 0.0  # s per all-reduce or all-to-all round, before its bytes over the link
     bw_efficiency: float = 1.0  # achieved fraction of peak HBM bandwidth
     compute_efficiency: float = 1.0  # achieved fraction of dense peak FLOP/s in a full GEMM tile

@@ -74,7 +74,7 @@ def terms_text(used: dict[str, object]) -> str:
     f = {k: float(v) for k, v in used.items() if isinstance(v, (int, float))}
     kernels = f"{int(f['kernels_per_step'])} kernels" if "kernels_per_step" in f else "kernels"
     if f.get("extra_layer_kernels"):  # an older engine release's kernels beyond the fused count (serving.py)
-        kernels += f" ({f['extra_layer_kernels']:g} per layer beyond the fused count)"
+        kernels += f" ({f['extra_layer_kernels']:g} per layer beyond the fused count, {f['extra_kernel_s'] * 1e6:.4g} us each)"
     tau = f"{f['kernel_latency_s'] * 1e6:.4g} us"
     if f.get("graph_node_s"):  # the platform's own graph-replay cost per kernel node (devices.py)
         tau = f"({tau} + {f['graph_node_s'] * 1e6:.4g} us the platform's graph node)"
