@@ -293,3 +293,23 @@ def test_cli_profile_file_and_footer_name_every_value(tmp_path):
     assert r.returncode == 0 and "used: profile mine: step fixed 1000 us" in r.stdout and "bw eff 0.25" in r.stdout
     bad = subprocess.run([*args[:-1], str(tmp_path / "nope.json")], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert bad.returncode == 2 and "serving profile" in bad.stderr
+
+
+def test_a_profile_file_can_name_a_base_and_hold_only_what_it_changes(tmp_path):
+    older = tmp_path / "sglang-0.4.5.json"
+    older.write_text(json.dumps({"base": "cuda-graphs", "extra_layer_kernels": 63,
+                                 "sources": {"extra_layer_kernels": "counted from that release's source"}}))
+    p, shipped = load_serving(older), load_serving("cuda-graphs")
+    assert p.name == "sglang-0.4.5" and p.extra_layer_kernels == 63
+    assert p.kernel_latency_s == shipped.kernel_latency_s and p.extra_kernel_s == shipped.extra_kernel_s  # the base's
+    assert dict(p.sources)["extra_layer_kernels"] == "counted from that release's source"
+    assert dict(p.sources)["kernel_latency_s"] == dict(shipped.sources)["kernel_latency_s"]
+    args = [sys.executable, "-m", "ecosim.cli", "replay", str(ROOT / "traces" / "qa"), "--policy", "ar", "--profile", str(older)]
+    r = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    # the tiny target: 4 layers of 12 fused kernels, and 63 more per layer at 2.06 us each
+    assert r.returncode == 0 and "used: profile sglang-0.4.5:" in r.stdout
+    assert "300 kernels (63 per layer beyond the fused count, 2.06 us each)" in r.stdout
+    loop = tmp_path / "loop.json"
+    loop.write_text(json.dumps({"base": str(loop)}))
+    bad = subprocess.run([*args[:-1], str(loop)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert bad.returncode == 2 and "base must name another serving profile" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

@@ -87,8 +87,12 @@ def shipped() -> list[str]:
     return sorted(p.stem for p in DATA.glob("*.json"))
 
 
-def load_serving(name_or_path: str | Path) -> ServingProfile:
-    """A shipped serving profile by name (cuda-graphs, eager) or a JSON file of the same fields."""
+def load_serving(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> ServingProfile:
+    """A shipped serving profile by name (cuda-graphs, eager) or a JSON file of the same fields.
+
+    A file may name `"base"` (a shipped profile or another file): it then holds only what it changes,
+    e.g. `{"base": "cuda-graphs", "extra_layer_kernels": 63}` for an engine release that launched 63
+    more kernels per layer than today's, and every field it does not name is the base's."""
     path = DATA / f"{str(name_or_path).lower()}.json"
     if not path.is_file():
         path = Path(name_or_path)
@@ -106,8 +110,15 @@ def load_serving(name_or_path: str | Path) -> ServingProfile:
         data = {"name": data.get("name", path.stem), "step_fixed_s": data.get("step_overhead_s") or 0.0,
                 "overlap": data.get("overlap") or "sum", "source": data.get("source", "")}
     data.setdefault("name", path.stem)
+    base = None
+    if "base" in data:
+        if not isinstance(data["base"], str) or str(path) in _seen:
+            raise EcoSimError(f"{path}: base must name another serving profile (a shipped name or a .json path), not itself")
+        base = load_serving(data["base"], (*_seen, str(path)))
+        if isinstance(data.get("sources"), dict):  # the base's sources stand for the fields this file leaves alone
+            data["sources"] = {**dict(base.sources), **data["sources"]}
     try:
-        return ServingProfile.from_dict(data)
+        return ServingProfile.from_dict(data, base)
     except TypeError as e:
         raise EcoSimError(f"{path}: not a serving profile ({e})") from None
 
