@@ -72,22 +72,23 @@ def load_rows(path: Path = PUBLISHED) -> list[dict[str, Any]]:
         rows = json.loads(path.read_text())["rows"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise EcoSimError(f"{path}: not a published-measurements table ({e})") from None
+    terms = {f.name for f in dataclasses.fields(ServingProfile)} - {"name", "source", "sources", "fitted_on"}
     for r in rows:
+        sim = r.get("sim") or {}
         if not str(r.get("url", "")).startswith("http") or r.get("metric") not in METRICS:
             raise EcoSimError(f"{path}: row {r.get('id')!r} needs an http(s) url and a metric in {', '.join(METRICS)}")
         if not isinstance(r.get("value"), (int, float)) or r["value"] <= 0:
             raise EcoSimError(f"{path}: row {r['id']!r}: value must be a positive number")
         if "separate" in r and (not isinstance(r["separate"], str) or not r["separate"].strip() or r.get("fit")):
             raise EcoSimError(f"{path}: row {r['id']!r}: separate must say why, quoting the source, and a separate row cannot be fitted")
-        serving = (r.get("sim") or {}).get("serving", {})
-        fields = {f.name for f in dataclasses.fields(ServingProfile)} - {"name", "source", "sources", "fitted_on"}
-        if not isinstance(serving, dict) or set(serving) - fields:
-            raise EcoSimError(f"{path}: row {r['id']!r}: sim.serving must be an object of serving-profile terms ({', '.join(sorted(fields))})")
+        serving = sim.get("serving", {})
+        if not isinstance(serving, dict) or set(serving) - terms:
+            raise EcoSimError(f"{path}: row {r['id']!r}: sim.serving must be an object of serving-profile terms ({', '.join(sorted(terms))})")
         try:  # its values checked as a profile's are
             ServingProfile.from_dict({"name": f"row {r['id']}", **serving})
         except TypeError:
             raise EcoSimError(f"{path}: row {r['id']!r}: sim.serving values must be numbers (spec_overlap true or false)") from None
-        nodes = (r.get("sim") or {}).get("nodes", 1)
+        nodes = sim.get("nodes", 1)
         if not isinstance(nodes, int) or nodes < 1:
             raise EcoSimError(f"{path}: row {r['id']!r}: sim.nodes must be a whole number >= 1")
     return rows

@@ -63,7 +63,6 @@ class StepPricer:
     cost: CostModel
     steps: tuple[np.ndarray, np.ndarray, np.ndarray]  # layer_steps(layer), for the auto growth
 
-
     @property
     def groups(self) -> int:
         return len(self.masks)

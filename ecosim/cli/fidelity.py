@@ -104,10 +104,10 @@ def fidelity(
             "summary": s,
         }, indent=1))
         return
-    head = (f"profile {base.name}, " + ("fitted on the F rows: " if fit else "as shipped: ")
+    fit_mark = "(fit)" if markdown else "F"  # how each output marks the fit set's rows
+    head = (f"profile {base.name}, " + (f"fitted on the {fit_mark} rows: " if fit else "as shipped: ")
             + ", ".join(f"{k} {v * 1e6:.3g} us" for k, v in used.items()))
     if markdown:
-        head = head.replace("the F rows", "the (fit) rows")
         print(_markdown(results) + "\n\n```\n" + "\n".join([head, *_summary_lines(s)]) + "\n```")
         return
     console = wide_console()
