@@ -1,7 +1,8 @@
 """The step model against published measurements (`ecosim fidelity`).
 
 Every row of catalog/data/published.json whose setting the simulator can reproduce (`sim`) is
-predicted from a synthetic trace of its model shape (dtype applied), on its hardware and
+predicted from a synthetic trace of its model shape (dtype applied; routed as the shape's shipped
+preset, fitted to real gpt-oss-20b routing or scaled from it: routing/presets), on its hardware and
 placement, after its context:
 
 - plain decode (tok/s or ms/token): `ar` over the trace, seconds per token;
@@ -50,7 +51,8 @@ from ecosim.errors import EcoSimError
 from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
-from ecosim.synth import SynthConfig, synthesize
+from ecosim.routing.presets import preset_path
+from ecosim.synth import SynthConfig, calibrated, synthesize
 from ecosim.trace.io import Trace, full_manifest
 
 PUBLISHED = Path(__file__).parent / "catalog" / "data" / "published.json"
@@ -129,6 +131,19 @@ class Priced:
     accept_knob: float | None = None
 
 
+def _synth(model: str, speculative: bool, **fields: Any) -> SynthConfig:
+    """A synthetic trace's config routed like the row's model: its shipped preset (gpt-oss-20b's fit to
+    real routing, or that fit scaled to the shape: routing/presets), so a verified tree reads the union
+    real routing would give it, not the generator's unfitted defaults. A plain step routes one token, whose
+    top-k experts are read whatever the knobs, so a model without a preset is priced with the defaults
+    there; a speculative row needs the preset."""
+    if preset_path(get_model(model).name).is_file():
+        return calibrated(model, **fields)
+    if speculative:
+        raise EcoSimError(f"fidelity: no routing preset for {model!r}: a speculative row needs one (ecosim synth --calibrate)")
+    return SynthConfig(**fields)
+
+
 def _trace(shape: ModelShape, cfg: SynthConfig) -> Trace:
     manifest, positions, nodes = synthesize(shape, cfg)
     return Trace(Path(f"synthetic-{shape.name}"), full_manifest(manifest), positions, nodes)
@@ -169,7 +184,7 @@ def _price(sim_json: str, plain: bool, base: ServingProfile) -> Priced:
     shape = at_dtype(get_model(sim["model"]), sim["dtype"])
     ctx = int(sim["context"])
     if plain:
-        replay = TraceReplay(_trace(shape, SynthConfig(requests=2, positions=POSITIONS, depth=1, topk=1, max_nodes=1, prompt_len=ctx)))
+        replay = TraceReplay(_trace(shape, _synth(sim["model"], False, requests=2, positions=POSITIONS, depth=1, topk=1, max_nodes=1, prompt_len=ctx)))
         return Priced(_linear(replay, PolicySpec("ar"), _costs(shape, sim, base, 0), "token"))
     depth, topk, verified = int(sim["depth"]), int(sim["topk"]), int(sim["verified"])
     budget = verified - 1
@@ -177,7 +192,7 @@ def _price(sim_json: str, plain: bool, base: ServingProfile) -> Priced:
     spec = PolicySpec("confidence", budget)
 
     def replay_at(accept: float) -> tuple[TraceReplay, float]:
-        cfg = SynthConfig(requests=2, positions=POSITIONS, depth=depth, topk=topk, max_nodes=nodes, accept=accept, prompt_len=ctx)
+        cfg = _synth(sim["model"], True, requests=2, positions=POSITIONS, depth=depth, topk=topk, max_nodes=nodes, accept=accept, prompt_len=ctx)
         r = TraceReplay(_trace(shape, cfg))
         steps = r.steps(spec)
         return r, float(steps.tokens.sum() / len(steps))

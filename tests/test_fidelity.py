@@ -241,3 +241,32 @@ def test_cli_refuses_a_row_whose_engine_terms_are_not_a_profiles(tmp_path, servi
     table.write_text(json.dumps({"rows": [row]}))
     r = ecosim("fidelity", "--table", str(table))
     assert r.returncode == 2 and why in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_speculative_rows_route_as_the_shapes_preset_and_refuse_a_shape_without_one(monkeypatch, tmp_path):
+    """The issue asks for routing 'as realistic as the generator can make it': a verified tree's union
+    is the shape's calibrated preset's, not the generator's unfitted defaults."""
+    import ecosim.fidelity as fid
+    from ecosim.routing.presets import preset_knobs
+    cfg = fid._synth("qwen3-30b", True, requests=2, depth=3, topk=3)
+    k = preset_knobs("qwen3-30b-a3b")
+    assert cfg.preset.startswith("preset qwen3-30b-a3b:") and (cfg.depth, cfg.topk) == (3, 3)
+    assert (cfg.token_affinity, cfg.parent_affinity, cfg.context, cfg.skew, cfg.context_share) == \
+        (k.token_affinity, k.parent_affinity, k.context, k.skew, k.context_share)
+    monkeypatch.setattr(fid, "preset_path", lambda name: tmp_path / "absent.json")
+    with pytest.raises(EcoSimError, match="no routing preset"):
+        fid._synth("qwen3-30b", True, requests=2)
+    assert fid._synth("qwen3-30b", False, requests=2).preset == ""  # one token a step: its top-k whatever the knobs
+
+
+def test_the_eager_profile_is_the_cuda_graph_step_times_the_published_7_22x():
+    """eager.json's kernel latency is derived, not fitted: it makes the TensorRT-LLM DeepSeek-R1 batch-1
+    step (1202 kernels) 7.22x its cuda-graphs step, the speedup TensorRT-LLM's tech blog 2 gives CUDA graphs."""
+    from ecosim.fidelity import price_row
+    row = next(r for r in ROWS if r["id"] == "trtllm-r1-b200-nomtp-bs1")
+    graphs, eager = load_serving("cuda-graphs"), load_serving("eager")
+    p = price_row(row, graphs).plain_token
+    at = {name: p.at(np.array([getattr(prof, k) for k in FREE])) for name, prof in (("graphs", graphs), ("eager", eager))}
+    assert at["eager"] / at["graphs"] == pytest.approx(7.22, rel=0.01)
+    for k in ("step_fixed_s", "collective_latency_s", "spec_level_s", "spec_sync_s"):  # "as cuda-graphs (fitted there)"
+        assert getattr(eager, k) == getattr(graphs, k)
