@@ -243,9 +243,12 @@ def get_model(name: str) -> ModelShape:
     path = Path(name)
     if path.is_dir():
         path = path / "config.json"
-    elif path.suffix != ".json":
+    elif path.suffix != ".json" and "/" not in name:  # neither a catalogue name nor a path
         raise EcoSimError(f"unknown model shape {name!r}; known: {', '.join(sorted(MODELS))}, or a Hugging Face "
                           f"config.json (or its directory)")
+    if not path.is_file():
+        raise EcoSimError(f"{path}: no such file (a model is a catalogue name, a Hugging Face config.json or its "
+                          f"directory)")
     try:
         cfg = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as e:
