@@ -270,3 +270,24 @@ def test_cli_refuses_a_bad_config_in_one_line(tmp_path, capsys, model, needle):
     assert code == 2 and len(lines) == 1 and lines[0].startswith("ecosim: error: ") and "Traceback" not in err
     assert needle in lines[0]
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_a_trace_checks_the_group_limits_it_carries(tmp_path):
+    from ecosim.trace.io import read_trace
+
+    d = tmp_path / "v3-no-groups"
+    d.mkdir()
+    t = pytest.importorskip("transformers")
+    cfg = t.DeepseekV3Config(num_hidden_layers=3, first_k_dense_replace=1, n_routed_experts=16, num_experts_per_tok=2,
+                             hidden_size=64, moe_intermediate_size=32, intermediate_size=128, q_lora_rank=None,
+                             kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                             num_attention_heads=4, vocab_size=256, n_group=1, topk_group=1, dtype="bfloat16")
+    (d / "config.json").write_text(json.dumps(cfg.to_dict()))
+    out = tmp_path / "trace"
+    assert _ecosim("synth", out, "--model", d, "--requests", "1", "--positions", "4") == 0
+    assert read_trace(out).manifest["model"]["n_group"] == 0
+    m = json.loads((out / "manifest.json").read_text())
+    m["model"]["n_group"] = 3  # does not divide 16 experts
+    (out / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(EcoSimError, match="n_group"):
+        read_trace(out)
