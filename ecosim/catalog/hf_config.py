@@ -13,7 +13,8 @@ block scales are left out; every layer's KV cache counts the whole context (gpt-
 Llama-4's chunked layers cache less); multi-token-prediction layers (num_nextn_predict_layers) are not part of
 the target's forward and are left out. DeepSeek-V2's group_limited_greedy ranks groups by their best expert,
 the router generator (routing/generator.py) by the sum of their two best: the same limit, a slightly different
-choice of groups.
+choice of groups. An FP8 config's shape leaves `act_quant` false, as the catalogue's deepseek-v3.1 does (the
+fidelity rows set it per served dtype).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from ecosim.routing.generator import GROUP_LIMITED
 SUPPORTED = ("deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss", "granitemoe", "llama4", "llama4_text", "mixtral",
              "olmoe", "phimoe", "qwen2_moe", "qwen3_moe")
 _MLA = ("deepseek_v2", "deepseek_v3")
-# Types whose MoE layers are the ones from first_k_dense_replace on (every moe_layer_freq-th, DeepSeek-V2's remote
-# code); their routed experts are moe_intermediate_size wide, their dense layers intermediate_size.
+# Types whose MoE layers are the ones from first_k_dense_replace on (and every moe_layer_freq-th, as DeepSeek's own
+# modeling code and vLLM's / SGLang's DeepseekV2 decoder layer read it: layer_idx % moe_layer_freq == 0); their routed experts are moe_intermediate_size wide, their dense layers intermediate_size.
 _FIRST_K_DENSE = ("deepseek_v2", "deepseek_v3", "glm4_moe")
 _DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0}
 # quantization_config.quant_method -> bytes per parameter of (routed experts, everything else but routers and the
@@ -85,11 +86,13 @@ def _moe_layers(family: str, c: dict[str, Any], layers: int) -> tuple[int, ...]:
     elif family == "llama4_text":  # moe_layers if given, else every interleave_moe_layer_step-th from step - 1
         step = max(_int(c, "interleave_moe_layer_step", 1), 1)
         given = c.get("moe_layers")
-        ids = sorted(int(i) for i in given) if given is not None else list(range(step - 1, layers, step))
+        ids = sorted({int(i) for i in given}) if given is not None else list(range(step - 1, layers, step))
     else:
         ids = list(range(layers))
-    if not ids or ids[0] < 0 or ids[-1] >= layers:
+    if not ids:
         raise EcoSimError(f"config.json ({family}): no MoE layer among its {layers} layers")
+    if ids[0] < 0 or ids[-1] >= layers:
+        raise EcoSimError(f"config.json ({family}): moe_layers must lie in [0, num_hidden_layers={layers})")
     return tuple(ids)
 
 
