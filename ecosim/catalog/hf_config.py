@@ -29,7 +29,8 @@ SUPPORTED = ("deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss", "granitemoe", 
              "olmoe", "phimoe", "qwen2_moe", "qwen3_moe")
 _MLA = ("deepseek_v2", "deepseek_v3")
 # Types whose MoE layers are the ones from first_k_dense_replace on (and every moe_layer_freq-th, as DeepSeek's own
-# modeling code and vLLM's / SGLang's DeepseekV2 decoder layer read it: layer_idx % moe_layer_freq == 0); their routed experts are moe_intermediate_size wide, their dense layers intermediate_size.
+# modeling code and vLLM's / SGLang's DeepseekV2 decoder layer read it: layer_idx % moe_layer_freq == 0);
+# their routed experts are moe_intermediate_size wide, their dense layers intermediate_size.
 _FIRST_K_DENSE = ("deepseek_v2", "deepseek_v3", "glm4_moe")
 _DTYPE_BYTES = {"bfloat16": 2.0, "float16": 2.0, "float32": 4.0}
 # quantization_config.quant_method -> bytes per parameter of (routed experts, everything else but routers and the
