@@ -8,7 +8,9 @@ dense MLP layers, shared experts, routers and the LM head (the embedding is a ro
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ecosim.errors import EcoSimError
@@ -38,6 +40,12 @@ class ModelShape:
     # Weights in block FP8 with dynamic activation quantisation (W8A8, as SGLang and vLLM serve DeepSeek's
     # and Qwen's FP8 checkpoints): every quantised GEMM is preceded by its own activation-quantisation kernel.
     act_quant: bool = False
+    # DeepSeek-style group-limited routing (`n_group` groups of experts, a token's top-k within its best
+    # `topk_group`), where it differs from what the family implies (routing/generator.py's GROUP_LIMITED, read by
+    # routing.generator.group_limits): None for every catalogue shape, (0, 0) for a config that turns it off
+    # (Kimi-K2: model_type deepseek_v3 with n_group 1).
+    n_group: int | None = None
+    topk_group: int | None = None
 
     @property
     def num_moe_layers(self) -> int:
@@ -93,6 +101,8 @@ class ModelShape:
         d["moe_layers"] = list(self.moe_layers)
         if not self.act_quant:  # absent where false: manifests (and trace fingerprints) of other shapes stay as before
             del d["act_quant"]
+        if self.n_group is None:  # absent where the family's: the same
+            del d["n_group"], d["topk_group"]
         return d
 
     @classmethod
@@ -108,13 +118,13 @@ class _Arch:
     """Just enough architecture to derive the bytes; kept to show the arithmetic."""
 
     layers: int
-    first_moe: int
+    first_moe: int  # layers before it are dense, the rest MoE (unless `moe_layer_ids` says otherwise)
     experts: int
     top_k: int
     shared: int
     hidden: int
     moe_inter: int
-    dense_inter: int  # intermediate size of the dense MLP layers before `first_moe`
+    dense_inter: int  # intermediate size of the dense (non-MoE) MLP layers
     vocab: int
     attn_params: int  # per layer
     kv_per_token_per_layer: int  # elements cached per token per layer
@@ -124,17 +134,25 @@ class _Arch:
     kv_bytes_per_elem: float = 2.0
     fused_expert_params: int | None = None  # when an expert is not 3*hidden*moe_inter
     extra: dict[str, int] = field(default_factory=dict)
+    # For configs beyond the catalogue (hf_config.py): MoE layers that are not one run from `first_moe` to the end
+    # (Llama-4 interleaves dense and MoE layers, Qwen2-MoE's decoder_sparse_step), a shared expert whose size is not
+    # moe_inter (Qwen2-MoE's shared_expert_intermediate_size), and routers stored wider than BF16 (an FP32 model).
+    moe_layer_ids: tuple[int, ...] | None = None
+    shared_inter: int | None = None
+    router_bytes_per_param: float = 2.0
 
-    def shape(self, name: str, family: str, source: str) -> ModelShape:
-        n_moe = self.layers - self.first_moe
+    def shape(self, name: str, family: str, source: str, n_group: int | None = None,
+              topk_group: int | None = None) -> ModelShape:
+        moe_layers = self.moe_layer_ids if self.moe_layer_ids is not None else tuple(range(self.first_moe, self.layers))
+        n_moe = len(moe_layers)
         expert_params = self.fused_expert_params or 3 * self.hidden * self.moe_inter
         expert_bytes = round(expert_params * self.expert_bytes_per_param)
         dense_params = (
             self.layers * self.attn_params
-            + self.first_moe * 3 * self.hidden * self.dense_inter
-            + n_moe * self.shared * 3 * self.hidden * self.moe_inter
+            + (self.layers - n_moe) * 3 * self.hidden * self.dense_inter
+            + n_moe * self.shared * 3 * self.hidden * (self.shared_inter or self.moe_inter)
         )
-        router_bytes = n_moe * self.experts * self.hidden * 2  # BF16 router weights
+        router_bytes = n_moe * self.experts * self.hidden * self.router_bytes_per_param  # BF16 router weights
         dense_bytes = round(
             dense_params * self.dense_bytes_per_param
             + router_bytes
@@ -144,7 +162,7 @@ class _Arch:
             name=name,
             family=family,
             num_layers=self.layers,
-            moe_layers=tuple(range(self.first_moe, self.layers)),
+            moe_layers=moe_layers,
             num_experts=self.experts,
             top_k=self.top_k,
             num_shared_experts=self.shared,
@@ -156,6 +174,8 @@ class _Arch:
             kv_bytes_per_token=round(self.layers * self.kv_per_token_per_layer * self.kv_bytes_per_elem),
             bytes_per_param=self.expert_bytes_per_param,
             source=source,
+            n_group=n_group,
+            topk_group=topk_group,
         )
 
 
@@ -215,10 +235,29 @@ _ALIASES = {"deepseek-v3": "deepseek-v3.1", "qwen3-235b": "qwen3-235b-a22b", "qw
 
 
 def get_model(name: str) -> ModelShape:
+    """A catalogue shape by name or alias, or the shape of a Hugging Face MoE `config.json` given as its path or
+    the directory holding it (hf_config.py): named after the directory (the file's stem if not config.json)."""
     key = _ALIASES.get(name.lower(), name.lower())
-    if key not in MODELS:
-        raise EcoSimError(f"unknown model shape {name!r}; known: {', '.join(sorted(MODELS))}")
-    return MODELS[key]
+    if key in MODELS:
+        return MODELS[key]
+    path = Path(name)
+    if path.is_dir():
+        path = path / "config.json"
+    elif path.suffix != ".json" and "/" not in name:  # neither a catalogue name nor a path
+        raise EcoSimError(f"unknown model shape {name!r}; known: {', '.join(sorted(MODELS))}, or a Hugging Face "
+                          f"config.json (or its directory)")
+    if not path.is_file():
+        raise EcoSimError(f"{path}: no such file (a model is a catalogue name, a Hugging Face config.json or its "
+                          f"directory)")
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise EcoSimError(f"{path}: not a readable config.json ({e})") from None
+    # imported here, not at the top: hf_config builds on this module's _Arch and ModelShape (a cycle otherwise)
+    from ecosim.catalog.hf_config import shape_from_config
+
+    label = path.parent.resolve().name if path.name == "config.json" else path.stem
+    return shape_from_config(cfg, label, str(path))
 
 
 def shape_of(model: str | ModelShape) -> ModelShape:

@@ -81,7 +81,7 @@ def inspect(
 @app.command()
 def synth(
     out: Annotated[Path, typer.Argument(help="Directory to write the trace to (with --calibrate: the preset .json to write).")],
-    model: Annotated[str, typer.Option(help=f"Catalogue shape: {', '.join(sorted(MODELS))}.")] = "deepseek-v3.1",
+    model: Annotated[str, typer.Option(help=f"Catalogue shape ({', '.join(sorted(MODELS))}) or a Hugging Face MoE config.json (or its directory).")] = "deepseek-v3.1",
     requests: Annotated[int, typer.Option(min=1, help="Requests (task kinds cycle coding, reasoning, qa, dialogue; with --routing: real sequences).")] = 4,
     positions: Annotated[int, typer.Option(min=1, help="Positions per request (with --routing: at most).")] = 256,
     depth: Annotated[int | None, typer.Option(min=1, max=64, help=TreeShape.help("depth") + f" Default {TREE.depth}, or the --draft's.")] = None,

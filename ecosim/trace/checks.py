@@ -92,6 +92,11 @@ def check_manifest(m: Any) -> None:
             raise TraceError(MANIFEST, "must be positive", column=f"model.{key}")
     if model["expert_bytes"] <= 0 or model["dense_bytes"] < 0 or model["num_shared_experts"] < 0:
         raise TraceError(MANIFEST, "byte counts must be positive", column="model.expert_bytes")
+    if "n_group" in model or "topk_group" in model:  # optional: a shape's own group limits (ModelShape.n_group)
+        n, t = model.get("n_group"), model.get("topk_group")
+        if not (_is_int(n) and _is_int(t) and 0 <= t <= n and (n == 0 or model["num_experts"] % n == 0)):
+            raise TraceError(MANIFEST, "n_group and topk_group must be whole numbers, 0 <= topk_group <= n_group, "
+                             "n_group dividing num_experts", column="model.n_group")
     if m["decoding"].get("mode") != "greedy":
         raise TraceError(MANIFEST, "version 1 records greedy decoding only", column="decoding.mode")
     seen: set[int] = set()
