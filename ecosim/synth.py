@@ -23,7 +23,7 @@ import numpy as np
 
 from ecosim.catalog.models import ModelShape
 from ecosim.errors import EcoSimError
-from ecosim.routing.generator import Router, RoutingKnobs, group_limits, route_trees
+from ecosim.routing.generator import Router, RoutingKnobs, route_trees
 from ecosim.routing.presets import KNOBS, preset_knobs, preset_source
 from ecosim.synth_draft import default_draft, draft_manifest
 from ecosim.trace.io import write_trace
@@ -149,7 +149,7 @@ def calibrated(model: ModelShape | str, **overrides: Any) -> SynthConfig:
 
 def knobs_for(model: ModelShape, cfg: SynthConfig) -> RoutingKnobs:
     """The generator's knobs for a shape: the config's, plus the shape's group limits (its family's unless it carries its own)."""
-    n_group, topk_group = group_limits(model)
+    n_group, topk_group = model.group_limits
     return RoutingKnobs(cfg.token_affinity, cfg.parent_affinity, cfg.context, cfg.skew, cfg.context_share, n_group, topk_group)
 
 

@@ -20,7 +20,6 @@ from ecosim.catalog.hf_config import SUPPORTED, shape_from_config
 from ecosim.catalog.models import MODELS, ModelShape, _gqa, get_model
 from ecosim.cli import main as ecosim_main
 from ecosim.errors import EcoSimError
-from ecosim.routing.generator import group_limits
 
 NUMERIC = ("num_layers", "moe_layers", "num_experts", "top_k", "num_shared_experts", "hidden_size",
            "moe_intermediate_size", "vocab_size", "expert_bytes", "dense_bytes", "kv_bytes_per_token",
@@ -143,7 +142,7 @@ def test_glm4_moe_head_dim_and_first_dense_layer():
     assert s.kv_bytes_per_token == 46 * 2 * 8 * 128 * 2
     params = 46 * (4096 * 96 * 128 * 2 + 4096 * 8 * 128 * 2) + 1 * 3 * 4096 * 10944 + 45 * 1 * 3 * 4096 * 1408
     assert s.dense_bytes == params * 2 + 45 * 128 * 4096 * 2 + 151552 * 4096 * 2
-    assert s.attention == "gqa" and s.n_group is None and group_limits(s) == (0, 0)
+    assert s.attention == "gqa" and s.n_group is None and s.group_limits == (0, 0)
 
 
 def test_deepseek_v2_lite_without_q_lora():
@@ -163,11 +162,11 @@ def test_deepseek_v2_lite_without_q_lora():
     attention = q + 2048 * (512 + 64) + 512 * 16 * (128 + 128) + 16 * 128 * 2048
     params = 27 * attention + 1 * 3 * 2048 * 10944 + 26 * 2 * 3 * 2048 * 1408
     assert s.dense_bytes == params * 2 + 26 * 64 * 2048 * 2 + 102400 * 2048 * 2
-    assert group_limits(s) == (0, 0)
+    assert s.group_limits == (0, 0)
     # DeepSeek-V2 proper limits groups (group_limited_greedy, 8 groups, 3 per token): the shape carries them
     limited = shape_from_config({**cfg, "n_routed_experts": 160, "topk_method": "group_limited_greedy", "n_group": 8,
                                  "topk_group": 3}, "v2", "")
-    assert (limited.n_group, limited.topk_group) == (8, 3) and group_limits(limited) == (8, 3)
+    assert (limited.n_group, limited.topk_group) == (8, 3) and limited.group_limits == (8, 3)
     assert limited.to_manifest()["n_group"] == 8
 
 
@@ -175,10 +174,10 @@ def test_group_limits_follow_the_config_and_leave_catalogue_manifests_alone():
     t = pytest.importorskip("transformers")
     v3 = t.DeepseekV3Config(dtype="bfloat16").to_dict()  # n_group 8, topk_group 4: DeepSeek-V3's own
     same = shape_from_config(v3, "v3", "")
-    assert same.n_group is None and group_limits(same) == (8, 4)
+    assert same.n_group is None and same.group_limits == (8, 4)
     assert "n_group" not in same.to_manifest() and "n_group" not in MODELS["deepseek-v3.1"].to_manifest()
     off = shape_from_config({**v3, "n_group": 1, "topk_group": 1}, "v3-no-groups", "")  # Moonlight-style
-    assert (off.n_group, off.topk_group) == (0, 0) and group_limits(off) == (0, 0)
+    assert (off.n_group, off.topk_group) == (0, 0) and off.group_limits == (0, 0)
     m = off.to_manifest()
     assert (m["n_group"], m["topk_group"]) == (0, 0) and ModelShape.from_manifest(m) == off
     with pytest.raises(EcoSimError, match="n_group 7 must divide 256"):

@@ -1,7 +1,7 @@
 """A model shape from a Hugging Face `config.json`, for MoE models the catalogue (models.py) does not list.
 
 Plain JSON in, a `ModelShape` out: no torch, no transformers (ecosim stays torch-free). The bytes follow the
-catalogue's arithmetic exactly (models._Arch.shape): one routed expert is 3 * hidden * moe_intermediate
+catalogue's arithmetic exactly (shape._Arch.shape): one routed expert is 3 * hidden * moe_intermediate
 parameters (gate, up, down; gpt-oss's fused gate_up + down is the same count); the dense bytes are attention,
 the dense MLP layers, the shared experts, the routers (at the config's dtype) and the LM head (at the config's
 dtype); the embedding is a row lookup, not a read. Each model type's fields are read as transformers 5.24's
@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ecosim.catalog.models import ModelShape, _Arch, _gqa
+from ecosim.catalog.shape import GROUP_LIMITED, ModelShape, _Arch, _gqa
 from ecosim.errors import EcoSimError
-from ecosim.routing.generator import GROUP_LIMITED
 
 SUPPORTED = ("deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss", "granitemoe", "llama4", "llama4_text", "mixtral",
              "olmoe", "phimoe", "qwen2_moe", "qwen3_moe")
@@ -102,7 +101,7 @@ def _attention(family: str, c: dict[str, Any], hidden: int) -> tuple[int, int]:
 
     MLA (DeepSeek-V2/V3): q_a + q_b (or one q projection where q_lora_rank is null, as in V2-Lite) + kv_a + kv_b + o
     = hidden*q_lora + q_lora*heads*(nope+rope) + hidden*(kv_lora+rope) + kv_lora*heads*(nope+v) + heads*v*hidden;
-    it caches the compressed latent and the shared rope key, kv_lora + rope. GQA: q, k, v, o (models._gqa) and
+    it caches the compressed latent and the shared rope key, kv_lora + rope. GQA: q, k, v, o (shape._gqa) and
     2 * kv_heads * head_dim cached, head_dim defaulting to hidden / heads as the modeling code does."""
     heads = _int(c, "num_attention_heads")
     if family in _MLA:

@@ -1,187 +1,20 @@
 """Shapes of the MoE target models the simulator knows, with the bytes a forward reads.
 
 Numbers come from each model's `config.json` on its Hugging Face model page (checked December 2026)
-and are restated in ../shared/NOTES.md. `expert_bytes` is one routed expert's weights as stored
-(gate, up and down projections); `dense_bytes` is everything else a batch-1 forward reads: attention,
-dense MLP layers, shared experts, routers and the LM head (the embedding is a row lookup, not a read).
+and are restated in ../shared/NOTES.md; the arithmetic that turns them into bytes is shape.py's. Any other MoE
+model is read from its own config.json (hf_config.py), through `get_model`.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
+from ecosim.catalog.hf_config import shape_from_config
+from ecosim.catalog.shape import ModelShape, _Arch, _gqa
 from ecosim.errors import EcoSimError
 
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The target's shape as the cost model needs it; the same fields as a trace manifest's `model`."""
-
-    name: str
-    family: str
-    num_layers: int
-    moe_layers: tuple[int, ...]
-    num_experts: int
-    top_k: int
-    num_shared_experts: int
-    hidden_size: int
-    moe_intermediate_size: int
-    vocab_size: int
-    expert_bytes: int
-    dense_bytes: int
-    # Bytes of KV cache one context token adds, over all layers (attention reads it every step).
-    kv_bytes_per_token: int = 0
-    # Weight bytes per parameter as stored (1 for FP8, 2 for BF16, 0.53 for MXFP4 with scales).
-    bytes_per_param: float = 2.0
-    source: str = ""
-    # Weights in block FP8 with dynamic activation quantisation (W8A8, as SGLang and vLLM serve DeepSeek's
-    # and Qwen's FP8 checkpoints): every quantised GEMM is preceded by its own activation-quantisation kernel.
-    act_quant: bool = False
-    # DeepSeek-style group-limited routing (`n_group` groups of experts, a token's top-k within its best
-    # `topk_group`), where it differs from what the family implies (routing/generator.py's GROUP_LIMITED, read by
-    # routing.generator.group_limits): None for every catalogue shape, (0, 0) for a config that turns it off
-    # (Kimi-K2: model_type deepseek_v3 with n_group 1).
-    n_group: int | None = None
-    topk_group: int | None = None
-
-    @property
-    def num_moe_layers(self) -> int:
-        return len(self.moe_layers)
-
-    @property
-    def expert_params(self) -> int:
-        """Parameters of one routed expert (gate, up, down), for its FLOPs: 2 per parameter per token."""
-        return 3 * self.hidden_size * self.moe_intermediate_size
-
-    @property
-    def dense_params(self) -> float:
-        return self.dense_bytes / self.bytes_per_param
-
-    @property
-    def attention(self) -> str:
-        """"mla" (DeepSeek's multi-head latent attention) or "gqa" (grouped-query, MHA included)."""
-        return "mla" if self.family.startswith("deepseek") else "gqa"
-
-    def kernels_per_layer(self, moe: bool) -> int:
-        """Kernels on one decoder layer's critical path in a batch-1 decode step (fused as SGLang /
-        TensorRT-LLM run them; collectives are counted apart, by the placement):
-
-        - attention, GQA: input norm, qkv projection, q/k norm + rope, attention, o projection = 5;
-          MLA (absorbed, decode): norm, q_a, q_a norm, q_b, kv_a, kv norm + rope, q absorb, attention,
-          v absorb, o projection = 10;
-        - MoE: post-attention norm, router GEMM, top-k, grouped gate/up, activation, grouped down,
-          combine = 7, plus gate/up, activation, down of the shared experts = 3;
-        - dense MLP: post-attention norm, gate/up, activation, down = 4;
-        - with `act_quant`, one per_token_group_quant_fp8 kernel before each quantised GEMM (SGLang's
-          apply_w8a8_block_fp8_linear in python/sglang/srt/layers/quantization/fp8_utils.py and its
-          fused-MoE invoke_fused_moe_kernel quantise the activations in a kernel of their own; vLLM's
-          fp8_utils.py the same): attention GQA qkv, o = 2, MLA q_a, q_b, kv_a, o and the two absorbed
-          bmm's, which SGLang runs in FP8 after per_tensor_quant_mla_fp8 (forward_absorb in
-          python/sglang/srt/models/deepseek_v2.py) = 6; routed gate/up, down = 2; shared experts 2;
-          dense MLP 2.
-        """
-        mla = self.attention == "mla"
-        attn = (10 if mla else 5) + ((6 if mla else 2) if self.act_quant else 0)
-        quant = 2 if self.act_quant else 0
-        if not moe:
-            return attn + 4 + quant
-        return attn + 7 + quant + ((3 + quant) if self.num_shared_experts else 0)
-
-    @property
-    def kernels_per_step(self) -> int:
-        """Sum of kernels_per_layer over the decoder layers."""
-        n_moe = self.num_moe_layers
-        return n_moe * self.kernels_per_layer(True) + (self.num_layers - n_moe) * self.kernels_per_layer(False)
-
-    def to_manifest(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["moe_layers"] = list(self.moe_layers)
-        if not self.act_quant:  # absent where false: manifests (and trace fingerprints) of other shapes stay as before
-            del d["act_quant"]
-        if self.n_group is None:  # absent where the family's: the same
-            del d["n_group"], d["topk_group"]
-        return d
-
-    @classmethod
-    def from_manifest(cls, m: dict[str, Any]) -> ModelShape:
-        known = {f for f in cls.__dataclass_fields__}
-        kw = {k: v for k, v in m.items() if k in known}
-        kw["moe_layers"] = tuple(int(x) for x in m["moe_layers"])
-        return cls(**kw)
-
-
-@dataclass(frozen=True)
-class _Arch:
-    """Just enough architecture to derive the bytes; kept to show the arithmetic."""
-
-    layers: int
-    first_moe: int  # layers before it are dense, the rest MoE (unless `moe_layer_ids` says otherwise)
-    experts: int
-    top_k: int
-    shared: int
-    hidden: int
-    moe_inter: int
-    dense_inter: int  # intermediate size of the dense (non-MoE) MLP layers
-    vocab: int
-    attn_params: int  # per layer
-    kv_per_token_per_layer: int  # elements cached per token per layer
-    expert_bytes_per_param: float
-    dense_bytes_per_param: float
-    lm_head_bytes_per_param: float = 2.0  # LM heads stay BF16 in every release below
-    kv_bytes_per_elem: float = 2.0
-    fused_expert_params: int | None = None  # when an expert is not 3*hidden*moe_inter
-    extra: dict[str, int] = field(default_factory=dict)
-    # For configs beyond the catalogue (hf_config.py): MoE layers that are not one run from `first_moe` to the end
-    # (Llama-4 interleaves dense and MoE layers, Qwen2-MoE's decoder_sparse_step), a shared expert whose size is not
-    # moe_inter (Qwen2-MoE's shared_expert_intermediate_size), and routers stored wider than BF16 (an FP32 model).
-    moe_layer_ids: tuple[int, ...] | None = None
-    shared_inter: int | None = None
-    router_bytes_per_param: float = 2.0
-
-    def shape(self, name: str, family: str, source: str, n_group: int | None = None,
-              topk_group: int | None = None) -> ModelShape:
-        moe_layers = self.moe_layer_ids if self.moe_layer_ids is not None else tuple(range(self.first_moe, self.layers))
-        n_moe = len(moe_layers)
-        expert_params = self.fused_expert_params or 3 * self.hidden * self.moe_inter
-        expert_bytes = round(expert_params * self.expert_bytes_per_param)
-        dense_params = (
-            self.layers * self.attn_params
-            + (self.layers - n_moe) * 3 * self.hidden * self.dense_inter
-            + n_moe * self.shared * 3 * self.hidden * (self.shared_inter or self.moe_inter)
-        )
-        router_bytes = n_moe * self.experts * self.hidden * self.router_bytes_per_param  # BF16 router weights
-        dense_bytes = round(
-            dense_params * self.dense_bytes_per_param
-            + router_bytes
-            + self.vocab * self.hidden * self.lm_head_bytes_per_param
-        )
-        return ModelShape(
-            name=name,
-            family=family,
-            num_layers=self.layers,
-            moe_layers=moe_layers,
-            num_experts=self.experts,
-            top_k=self.top_k,
-            num_shared_experts=self.shared,
-            hidden_size=self.hidden,
-            moe_intermediate_size=self.moe_inter,
-            vocab_size=self.vocab,
-            expert_bytes=expert_bytes,
-            dense_bytes=dense_bytes,
-            kv_bytes_per_token=round(self.layers * self.kv_per_token_per_layer * self.kv_bytes_per_elem),
-            bytes_per_param=self.expert_bytes_per_param,
-            source=source,
-            n_group=n_group,
-            topk_group=topk_group,
-        )
-
-
-def _gqa(hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
-    """Attention parameters of one grouped-query layer: q, k, v and o projections."""
-    return hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2
+__all__ = ["MODELS", "ModelShape", "get_model", "shape_of"]
 
 
 # DeepSeek-V3 / V3.1 multi-head latent attention (config: q_lora_rank 1536, kv_lora_rank 512,
@@ -253,9 +86,6 @@ def get_model(name: str) -> ModelShape:
         cfg = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise EcoSimError(f"{path}: not a readable config.json ({e})") from None
-    # imported here, not at the top: hf_config builds on this module's _Arch and ModelShape (a cycle otherwise)
-    from ecosim.catalog.hf_config import shape_from_config
-
     label = path.parent.resolve().name if path.name == "config.json" else path.stem
     return shape_from_config(cfg, label, str(path))
 

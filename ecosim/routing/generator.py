@@ -25,26 +25,10 @@ takes that node's experts and gates exactly (the accepted child at p is the root
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ecosim.errors import EcoSimError
-
-if TYPE_CHECKING:
-    from ecosim.catalog.models import ModelShape
-
-# DeepSeek-V3 / V3.1 config.json: n_group 8, topk_group 4 (each token's 8 experts lie in at most
-# 4 of 8 groups of 32); keyed by the catalogue family.
-GROUP_LIMITED: dict[str, tuple[int, int]] = {"deepseek_v3": (8, 4)}
-
-
-def group_limits(model: ModelShape) -> tuple[int, int]:
-    """(n_group, topk_group) the shape routes with: its own where it carries them (a config.json whose limits
-    differ from its family's), else its family's; (0, 0) is off."""
-    if model.n_group is not None:
-        return model.n_group, model.topk_group or 0
-    return GROUP_LIMITED.get(model.family, (0, 0))
 
 HOME = 3.0
 STICK = 3.0

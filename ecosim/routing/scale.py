@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ecosim.catalog.models import ModelShape
-from ecosim.routing.generator import RoutingKnobs, group_limits
+from ecosim.routing.generator import RoutingKnobs
 
 RULE = "effective tokens: n_eff(n) of gpt-oss-20b kept at every window n (ecosim/routing/scale.py)"
 
@@ -53,7 +53,7 @@ class RoutingShape:
 
     @classmethod
     def of(cls, model: ModelShape) -> RoutingShape:
-        n_group, topk_group = group_limits(model)
+        n_group, topk_group = model.group_limits
         return cls(model.num_experts, model.top_k, n_group, topk_group)
 
     def describe(self) -> str:

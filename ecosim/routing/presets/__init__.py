@@ -16,7 +16,7 @@ from typing import Any
 
 from ecosim.catalog.models import ModelShape, shape_of
 from ecosim.errors import EcoSimError
-from ecosim.routing.generator import RoutingKnobs, group_limits
+from ecosim.routing.generator import RoutingKnobs
 
 PRESETS = Path(__file__).parent
 KNOBS = ("token_affinity", "parent_affinity", "context", "skew", "context_share")
@@ -51,9 +51,9 @@ def knobs_of(preset: dict[str, Any]) -> dict[str, float]:
 
 
 def preset_knobs(shape: ModelShape | str) -> RoutingKnobs:
-    """The generator's knobs for a catalogue shape: its shipped preset plus its group limits (routing.generator.group_limits)."""
+    """The generator's knobs for a catalogue shape: its shipped preset plus its group limits (ModelShape.group_limits)."""
     m = shape_of(shape)
-    n_group, topk_group = group_limits(m)
+    n_group, topk_group = m.group_limits
     return RoutingKnobs(**knobs_of(load_preset(m.name)), n_group=n_group, topk_group=topk_group)
 
 
