@@ -16,6 +16,9 @@ A row's `sim.serving` sets the serving-profile terms its engine declares (e.g. `
 false for SGLang before spec v2, whose scheduler cannot overlap a speculative step's host work).
 A row of an engine release that launched more kernels per layer than the fused count declares them
 (`extra_layer_kernels`, serving.py: counted or estimated from that release's source, its notes say which).
+A row's `sim.model` is a catalogue shape or a Hugging Face config.json (or its folder; a relative path is
+the table's folder's), and `sim.preset` may name the routing preset its speculative rows need where the
+shape has no shipped one (`ecosim synth --model CONFIG --calibrate ROUTING OUT` fits one).
 A row's `sim.nodes` (default 1) says its placement spans that many nodes: every collective then
 crosses the device's inter-node fabric (its data file's internode_link_bw / internode_latency_s).
 A row with `separate` (why, quoting the source) measured a configuration its own source calls
@@ -44,14 +47,14 @@ import numpy as np
 
 from ecosim.catalog.devices import get_device
 from ecosim.catalog.drafts import draft_cost
-from ecosim.catalog.models import ModelShape, get_model
+from ecosim.catalog.models import ModelShape, get_model, in_catalogue
 from ecosim.catalog.serving import ServingProfile
 from ecosim.cost import CostConfig, CostModel
 from ecosim.errors import EcoSimError
 from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
-from ecosim.routing.presets import preset_path
+from ecosim.routing.presets import knobs_of, load_preset, preset_path
 from ecosim.synth import SynthConfig, calibrated, synthesize
 from ecosim.trace.io import Trace, full_manifest
 
@@ -90,6 +93,10 @@ def load_rows(path: Path = PUBLISHED) -> list[dict[str, Any]]:
             ServingProfile.from_dict({"name": f"row {r['id']}", **serving})
         except TypeError:
             raise EcoSimError(f"{path}: row {r['id']!r}: sim.serving values must be numbers (spec_overlap true or false)") from None
+        for key in ("model", "preset"):  # a config.json (or its folder) or a preset is relative to the table's folder
+            name = sim.get(key)
+            if isinstance(name, str) and not (key == "model" and in_catalogue(name)) and (path.parent / name).exists():
+                sim[key] = str((path.parent / name).resolve())
         nodes = sim.get("nodes", 1)
         if not isinstance(nodes, int) or nodes < 1:
             raise EcoSimError(f"{path}: row {r['id']!r}: sim.nodes must be a whole number >= 1")
@@ -131,16 +138,21 @@ class Priced:
     accept_knob: float | None = None
 
 
-def _synth(model: str, speculative: bool, **fields: Any) -> SynthConfig:
-    """A synthetic trace's config routed like the row's model: its shipped preset (gpt-oss-20b's fit to
-    real routing, or that fit scaled to the shape: routing/presets), so a verified tree reads the union
-    real routing would give it, not the generator's unfitted defaults. A plain step routes one token, whose
-    top-k experts are read whatever the knobs, so a model without a preset is priced with the defaults
-    there; a speculative row needs the preset."""
-    if preset_path(get_model(model).name).is_file():
-        return calibrated(model, **fields)
+def _synth(sim: dict[str, Any], speculative: bool, **fields: Any) -> SynthConfig:
+    """A synthetic trace's config routed like the row's model: the preset its `sim.preset` names (a model
+    outside the catalogue: fit one with `ecosim synth --model CONFIG --calibrate ROUTING OUT`), else the
+    shape's shipped preset (gpt-oss-20b's fit to real routing, or that fit scaled to the shape:
+    routing/presets), so a verified tree reads the union real routing would give it, not the generator's
+    unfitted defaults. A plain step routes one token, whose top-k experts are read whatever the knobs, so
+    a model without a preset is priced with the defaults there; a speculative row needs one."""
+    if sim.get("preset"):
+        p = load_preset(sim["preset"])
+        return SynthConfig(**knobs_of(p), preset=f"preset {sim['preset']}: {p['source']}", **fields)
+    if preset_path(get_model(sim["model"]).name).is_file():
+        return calibrated(sim["model"], **fields)
     if speculative:
-        raise EcoSimError(f"fidelity: no routing preset for {model!r}: a speculative row needs one (ecosim synth --calibrate)")
+        raise EcoSimError(f"fidelity: no routing preset for {sim['model']!r}: a speculative row needs one "
+                          "(sim.preset; fit it with ecosim synth --calibrate)")
     return SynthConfig(**fields)
 
 
@@ -184,7 +196,7 @@ def _price(sim_json: str, plain: bool, base: ServingProfile) -> Priced:
     shape = at_dtype(get_model(sim["model"]), sim["dtype"])
     ctx = int(sim["context"])
     if plain:
-        replay = TraceReplay(_trace(shape, _synth(sim["model"], False, requests=2, positions=POSITIONS, depth=1, topk=1, max_nodes=1, prompt_len=ctx)))
+        replay = TraceReplay(_trace(shape, _synth(sim, False, requests=2, positions=POSITIONS, depth=1, topk=1, max_nodes=1, prompt_len=ctx)))
         return Priced(_linear(replay, PolicySpec("ar"), _costs(shape, sim, base, 0), "token"))
     depth, topk, verified = int(sim["depth"]), int(sim["topk"]), int(sim["verified"])
     budget = verified - 1
@@ -192,7 +204,7 @@ def _price(sim_json: str, plain: bool, base: ServingProfile) -> Priced:
     spec = PolicySpec("confidence", budget)
 
     def replay_at(accept: float) -> tuple[TraceReplay, float]:
-        cfg = _synth(sim["model"], True, requests=2, positions=POSITIONS, depth=depth, topk=topk, max_nodes=nodes, accept=accept, prompt_len=ctx)
+        cfg = _synth(sim, True, requests=2, positions=POSITIONS, depth=depth, topk=topk, max_nodes=nodes, accept=accept, prompt_len=ctx)
         r = TraceReplay(_trace(shape, cfg))
         steps = r.steps(spec)
         return r, float(steps.tokens.sum() / len(steps))

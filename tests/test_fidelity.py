@@ -248,15 +248,15 @@ def test_speculative_rows_route_as_the_shapes_preset_and_refuse_a_shape_without_
     is the shape's calibrated preset's, not the generator's unfitted defaults."""
     import ecosim.fidelity as fid
     from ecosim.routing.presets import preset_knobs
-    cfg = fid._synth("qwen3-30b", True, requests=2, depth=3, topk=3)
+    cfg = fid._synth({"model": "qwen3-30b"}, True, requests=2, depth=3, topk=3)
     k = preset_knobs("qwen3-30b-a3b")
     assert cfg.preset.startswith("preset qwen3-30b-a3b:") and (cfg.depth, cfg.topk) == (3, 3)
     assert (cfg.token_affinity, cfg.parent_affinity, cfg.context, cfg.skew, cfg.context_share) == \
         (k.token_affinity, k.parent_affinity, k.context, k.skew, k.context_share)
     monkeypatch.setattr(fid, "preset_path", lambda name: tmp_path / "absent.json")
     with pytest.raises(EcoSimError, match="no routing preset"):
-        fid._synth("qwen3-30b", True, requests=2)
-    assert fid._synth("qwen3-30b", False, requests=2).preset == ""  # one token a step: its top-k whatever the knobs
+        fid._synth({"model": "qwen3-30b"}, True, requests=2)
+    assert fid._synth({"model": "qwen3-30b"}, False, requests=2).preset == ""  # one token a step: its top-k whatever the knobs
 
 
 def test_the_eager_profile_is_the_cuda_graph_step_times_the_published_7_22x():
@@ -270,3 +270,33 @@ def test_the_eager_profile_is_the_cuda_graph_step_times_the_published_7_22x():
     assert at["eager"] / at["graphs"] == pytest.approx(7.22, rel=0.01)
     for k in ("step_fixed_s", "collective_latency_s", "spec_level_s", "spec_sync_s"):  # "as cuda-graphs (fitted there)"
         assert getattr(eager, k) == getattr(graphs, k)
+
+
+def test_a_users_table_predicts_a_model_outside_the_catalogue_from_its_config_and_preset(tmp_path):
+    """A row's sim.model may be a Hugging Face config.json and sim.preset a routing preset, both relative to
+    the table: a plain row of a Qwen1.5-MoE-like model is priced from its config, and its speculative row
+    routes as the named preset; without a preset, the speculative row is refused in one line."""
+    from ecosim.routing.presets import preset_path
+    cfg = {"model_type": "qwen2_moe", "num_hidden_layers": 24, "num_experts": 60, "num_experts_per_tok": 4,
+           "hidden_size": 2048, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+           "intermediate_size": 5632, "num_attention_heads": 16, "num_key_value_heads": 16, "vocab_size": 151936,
+           "dtype": "bfloat16"}
+    (tmp_path / "qwen1.5-moe").mkdir()
+    (tmp_path / "qwen1.5-moe" / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "p.json").write_text(preset_path("qwen3-30b-a3b").read_text())  # a stand-in preset
+    base = {"url": "https://example.org/made-up-for-a-test", "quote": "-", "fit": False}
+    sim = {"model": "qwen1.5-moe", "hardware": "h100", "placement": "hbm", "dtype": "bf16", "context": 256}
+    plain = {**base, "id": "plain", "metric": "decode_tok_s", "value": 100.0, "sim": sim}
+    spec = {**base, "id": "spec", "metric": "spec_speedup", "value": 1.2,
+            "sim": {**sim, "preset": "p.json", "depth": 3, "topk": 1, "verified": 4, "accept_len": 2.5}}
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps({"rows": [plain, spec]}))
+    r = ecosim("fidelity", "--table", str(table), "--no-fit", "--json")
+    assert r.returncode == 0, r.stderr
+    got = {x["id"]: x for x in json.loads(r.stdout)["rows"]}
+    assert got["plain"]["predicted"] > 0 and got["spec"]["predicted"] > 0
+    assert got["spec"]["synthetic_accept_len"] == pytest.approx(2.5, abs=0.25)
+    spec["sim"].pop("preset")
+    table.write_text(json.dumps({"rows": [plain, spec]}))
+    r = ecosim("fidelity", "--table", str(table), "--no-fit")
+    assert r.returncode == 2 and "no routing preset" in r.stderr and len(r.stderr.strip().splitlines()) == 1

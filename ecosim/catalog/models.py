@@ -14,7 +14,7 @@ from ecosim.catalog.hf_config import shape_from_config
 from ecosim.catalog.shape import ModelShape, _Arch, _gqa
 from ecosim.errors import EcoSimError
 
-__all__ = ["MODELS", "ModelShape", "get_model", "shape_of"]
+__all__ = ["MODELS", "ModelShape", "get_model", "in_catalogue", "shape_of"]
 
 
 # DeepSeek-V3 / V3.1 multi-head latent attention (config: q_lora_rank 1536, kv_lora_rank 512,
@@ -65,6 +65,11 @@ MODELS: dict[str, ModelShape] = {
 }
 
 _ALIASES = {"deepseek-v3": "deepseek-v3.1", "qwen3-235b": "qwen3-235b-a22b", "qwen3-30b": "qwen3-30b-a3b"}
+
+
+def in_catalogue(name: str) -> bool:
+    """Whether `name` is a catalogue shape or alias (not a config path)."""
+    return _ALIASES.get(name.lower(), name.lower()) in MODELS
 
 
 def get_model(name: str) -> ModelShape:
