@@ -35,7 +35,7 @@ def test_trace_is_valid_and_follows_greedy_generate(family, tiny_dirs, prompts_f
     t = read_trace(out)
     assert manifest["recorded_on"]["complete"] is True and manifest["synthetic"] is False
     # every shape field; act_quant only where true (ModelShape.to_manifest keeps older fingerprints)
-    assert set(manifest["model"]) == {f.name for f in fields(ModelShape)} - {"act_quant"}
+    assert set(manifest["model"]) == {f.name for f in fields(ModelShape)} - {"act_quant", "n_group", "topk_group"}
     assert ModelShape.from_manifest(manifest["model"]).act_quant is False
     assert manifest["model"]["family"] == family and manifest["tree"] == {"depth": 3, "topk": 2, "max_nodes": 8}
     assert {"name", "params", "bytes"} <= set(manifest["draft"])
