@@ -73,8 +73,11 @@ class ModelShape:
         return "mla" if self.family.startswith("deepseek") else "gqa"
 
     def kernels_per_layer(self, moe: bool) -> int:
-        """Kernels on one decoder layer's critical path in a batch-1 decode step (fused as SGLang /
-        TensorRT-LLM run them; collectives are counted apart, by the placement):
+        """Kernels on one decoder layer's critical path in a batch-1 decode step, the fused count (each
+        operation one kernel; collectives are counted apart, by the placement). For DeepSeek it matches
+        late-2025 SGLang (about 31 with act_quant against 30); SGLang's GQA MoE paths launch more (Qwen3-MoE
+        about 17 against 12, gpt-oss about 19, GLM-4.5 about 29 against 15: README, fidelity section), so
+        the serving profile's fitted kernel_latency_s is a cost per *counted* kernel, not per launch:
 
         - attention, GQA: input norm, qkv projection, q/k norm + rope, attention, o projection = 5;
           MLA (absorbed, decode): norm, q_a, q_a norm, q_b, kv_a, kv norm + rope, q absorb, attention,
