@@ -103,6 +103,11 @@ def load_rows(path: Path = PUBLISHED) -> list[dict[str, Any]]:
     return rows
 
 
+def model_label(sim: dict[str, Any]) -> str:
+    """The row's model as tables print it: the shape's name (a config.json's folder name, not its path)."""
+    return get_model(sim["model"]).name
+
+
 def at_dtype(shape: ModelShape, dtype: str) -> ModelShape:
     """The shape with routed experts stored at `dtype`; a BF16 model served in FP8/INT8 halves its
     dense weights too (the BF16 LM head excepted); block FP8 quantises activations in kernels of their own."""

@@ -296,6 +296,8 @@ def test_a_users_table_predicts_a_model_outside_the_catalogue_from_its_config_an
     got = {x["id"]: x for x in json.loads(r.stdout)["rows"]}
     assert got["plain"]["predicted"] > 0 and got["spec"]["predicted"] > 0
     assert got["spec"]["synthetic_accept_len"] == pytest.approx(2.5, abs=0.25)
+    md = ecosim("fidelity", "--table", str(table), "--no-fit", "--markdown").stdout
+    assert "| qwen1.5-moe bf16, h100 hbm |" in md and str(tmp_path) not in md  # the shape's name, not its path
     spec["sim"].pop("preset")
     table.write_text(json.dumps({"rows": [plain, spec]}))
     r = ecosim("fidelity", "--table", str(table), "--no-fit")

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ecosim.catalog.serving import DEFAULT_SERVING, load_serving
 from ecosim.cli import app, fail, wide_console
-from ecosim.fidelity import FREE, PUBLISHED, fitted_profile, load_rows, run, summary
+from ecosim.fidelity import FREE, PUBLISHED, fitted_profile, load_rows, model_label, run, summary
 
 
 def _pct(x: float | None) -> str:
@@ -30,7 +30,7 @@ def _table(results: list[Any]) -> Table:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for x in results:
         r, s = x.row, x.row["sim"]
-        t.add_row(r["id"], "F" if r.get("fit") else "S" if r.get("separate") else "", s["model"] + f" {s['dtype']}", f"{s['hardware']}", s["placement"],
+        t.add_row(r["id"], "F" if r.get("fit") else "S" if r.get("separate") else "", model_label(s) + f" {s['dtype']}", f"{s['hardware']}", s["placement"],
                   r["metric"], f"{r['value']:.4g}", f"{x.predicted:.4g}", _pct(x.error), _pct(x.loo_error))
     return t
 
@@ -41,7 +41,7 @@ def _markdown(results: list[Any]) -> str:
     for x in results:
         r, s = x.row, x.row["sim"]
         tag = " (fit)" if r.get("fit") else " (separate)" if r.get("separate") else ""
-        out.append(f"| [{r['id']}]({r['url']}){tag} | {s['model']} {s['dtype']}, {s['hardware']} {s['placement']} | {r['metric']} "
+        out.append(f"| [{r['id']}]({r['url']}){tag} | {model_label(s)} {s['dtype']}, {s['hardware']} {s['placement']} | {r['metric']} "
                    f"| {r['value']:.4g} | {x.predicted:.4g} | {x.error * 100:+.0f}% |")
     return "\n".join(out)
 
