@@ -108,7 +108,8 @@ def devices() -> dict[str, Device]:
 
 
 def model_shape(name: str) -> ModelShape:
-    """A catalogue model's shape (layers, experts, top-k, bytes per expert; catalog/models.py)."""
+    """A model's shape (layers, experts, top-k, bytes per expert): a catalogue name (catalog/models.py) or a
+    Hugging Face MoE config.json or its folder (catalog/hf_config.py)."""
     return get_model(name)
 
 

@@ -54,7 +54,7 @@ from ecosim.errors import EcoSimError
 from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
-from ecosim.routing.presets import knobs_of, load_preset, preset_path
+from ecosim.routing.presets import knobs_of, load_preset, shipped_preset
 from ecosim.synth import SynthConfig, calibrated, synthesize
 from ecosim.trace.io import Trace, full_manifest
 
@@ -93,19 +93,45 @@ def load_rows(path: Path = PUBLISHED) -> list[dict[str, Any]]:
             ServingProfile.from_dict({"name": f"row {r['id']}", **serving})
         except TypeError:
             raise EcoSimError(f"{path}: row {r['id']!r}: sim.serving values must be numbers (spec_overlap true or false)") from None
-        for key in ("model", "preset"):  # a config.json (or its folder) or a preset is relative to the table's folder
-            name = sim.get(key)
-            if isinstance(name, str) and not (key == "model" and in_catalogue(name)) and (path.parent / name).exists():
-                sim[key] = str((path.parent / name).resolve())
+        if sim:
+            _locate(sim, path, r["id"])
         nodes = sim.get("nodes", 1)
         if not isinstance(nodes, int) or nodes < 1:
             raise EcoSimError(f"{path}: row {r['id']!r}: sim.nodes must be a whole number >= 1")
     return rows
 
 
+def _locate(sim: dict[str, Any], table: Path, row_id: str) -> None:
+    """Check a row's sim.model and sim.preset, and record where they are. A catalogue name stays itself;
+    anything else is a path relative to the table's folder (never the working directory), resolved into
+    `_model` / `_preset` (kept apart, so what prints is what the table says) and read now, so a bad one is
+    one line naming the table and the row before any pricing."""
+    where = f"{table}: row {row_id!r}"
+    for key in ("model", "preset"):
+        v = sim.get(key)
+        if key == "preset" and v is None:
+            continue
+        if not isinstance(v, str) or not v:
+            raise EcoSimError(f"{where}: sim.{key} must be a catalogue name or a path")
+        if key == "model" and in_catalogue(v):
+            continue
+        p = Path(v) if Path(v).is_absolute() else table.parent / v
+        if not p.exists():
+            raise EcoSimError(f"{where}: sim.{key} {v!r}: no such file or folder beside the table ({p})")
+        sim["_" + key] = str(p.resolve())
+        try:
+            get_model(sim["_model"]) if key == "model" else load_preset(sim["_preset"])
+        except EcoSimError as e:
+            raise EcoSimError(f"{where}: {e}") from None
+
+
+def _model(sim: dict[str, Any]) -> str:
+    return sim.get("_model", sim["model"])
+
+
 def model_label(sim: dict[str, Any]) -> str:
     """The row's model as tables print it: the shape's name (a config.json's folder name, not its path)."""
-    return get_model(sim["model"]).name
+    return get_model(_model(sim)).name
 
 
 def at_dtype(shape: ModelShape, dtype: str) -> ModelShape:
@@ -148,13 +174,15 @@ def _synth(sim: dict[str, Any], speculative: bool, **fields: Any) -> SynthConfig
     outside the catalogue: fit one with `ecosim synth --model CONFIG --calibrate ROUTING OUT`), else the
     shape's shipped preset (gpt-oss-20b's fit to real routing, or that fit scaled to the shape:
     routing/presets), so a verified tree reads the union real routing would give it, not the generator's
-    unfitted defaults. A plain step routes one token, whose top-k experts are read whatever the knobs, so
-    a model without a preset is priced with the defaults there; a speculative row needs one."""
+    unfitted defaults. A plain step routes one token, whose top-k experts the knobs barely move (which
+    device holds them under ep:N, at most a fraction of a percent), so a model without a preset is priced
+    with the defaults there; a speculative row needs one."""
     if sim.get("preset"):
-        p = load_preset(sim["preset"])
+        p = load_preset(sim.get("_preset", sim["preset"]))
         return SynthConfig(**knobs_of(p), preset=f"preset {sim['preset']}: {p['source']}", **fields)
-    if preset_path(get_model(sim["model"]).name).is_file():
-        return calibrated(sim["model"], **fields)
+    shape = get_model(_model(sim))
+    if shipped_preset(shape):
+        return calibrated(shape, **fields)
     if speculative:
         raise EcoSimError(f"fidelity: no routing preset for {sim['model']!r}: a speculative row needs one "
                           "(sim.preset; fit it with ecosim synth --calibrate)")
@@ -198,7 +226,7 @@ def price_row(row: dict[str, Any], base: ServingProfile) -> Priced:
 def _price(sim_json: str, plain: bool, base: ServingProfile) -> Priced:
     """price_row's work, shared by rows of one setting (a tok/s row and its speedup row)."""
     sim = json.loads(sim_json)
-    shape = at_dtype(get_model(sim["model"]), sim["dtype"])
+    shape = at_dtype(get_model(_model(sim)), sim["dtype"])
     ctx = int(sim["context"])
     if plain:
         replay = TraceReplay(_trace(shape, _synth(sim, False, requests=2, positions=POSITIONS, depth=1, topk=1, max_nodes=1, prompt_len=ctx)))

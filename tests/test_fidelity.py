@@ -253,7 +253,7 @@ def test_speculative_rows_route_as_the_shapes_preset_and_refuse_a_shape_without_
     assert cfg.preset.startswith("preset qwen3-30b-a3b:") and (cfg.depth, cfg.topk) == (3, 3)
     assert (cfg.token_affinity, cfg.parent_affinity, cfg.context, cfg.skew, cfg.context_share) == \
         (k.token_affinity, k.parent_affinity, k.context, k.skew, k.context_share)
-    monkeypatch.setattr(fid, "preset_path", lambda name: tmp_path / "absent.json")
+    monkeypatch.setattr(fid, "shipped_preset", lambda shape: None)
     with pytest.raises(EcoSimError, match="no routing preset"):
         fid._synth({"model": "qwen3-30b"}, True, requests=2)
     assert fid._synth({"model": "qwen3-30b"}, False, requests=2).preset == ""  # one token a step: its top-k whatever the knobs
@@ -296,9 +296,51 @@ def test_a_users_table_predicts_a_model_outside_the_catalogue_from_its_config_an
     got = {x["id"]: x for x in json.loads(r.stdout)["rows"]}
     assert got["plain"]["predicted"] > 0 and got["spec"]["predicted"] > 0
     assert got["spec"]["synthetic_accept_len"] == pytest.approx(2.5, abs=0.25)
+    deeper = tmp_path / "deeper"
+    deeper.mkdir()
+    (deeper / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 48}))
+    table2 = tmp_path / "t2.json"
+    table2.write_text(json.dumps({"rows": [{**plain, "metric": "decode_ms_per_token", "value": 5.0,
+                                            "sim": {**sim, "model": "deeper"}}, {**plain, "metric": "decode_ms_per_token",
+                                                                                  "id": "p24", "value": 5.0}]}))
+    ms = {x["id"]: x["predicted"] for x in json.loads(ecosim("fidelity", "--table", str(table2), "--no-fit", "--json").stdout)["rows"]}
+    assert 1.8 < ms["plain"] / ms["p24"] < 2.05  # 48 layers against 24: the layers' reads and kernels double, the LM head not
     md = ecosim("fidelity", "--table", str(table), "--no-fit", "--markdown").stdout
     assert "| qwen1.5-moe bf16, h100 hbm |" in md and str(tmp_path) not in md  # the shape's name, not its path
     spec["sim"].pop("preset")
     table.write_text(json.dumps({"rows": [plain, spec]}))
     r = ecosim("fidelity", "--table", str(table), "--no-fit")
     assert r.returncode == 2 and "no routing preset" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def _user_table(tmp_path, sim_model, where=None):
+    where = where or tmp_path
+    t = where / "t.json"
+    t.write_text(json.dumps({"rows": [{"id": "r", "url": "https://example.org/x", "metric": "decode_tok_s", "value": 1.0,
+                                       "fit": False, "sim": {"model": sim_model, "hardware": "h100", "placement": "hbm",
+                                                             "dtype": "bf16", "context": 64}}]}))
+    return t
+
+
+def test_a_rows_model_path_is_the_tables_never_the_working_directorys(tmp_path, monkeypatch):
+    """A relative sim.model is looked up beside the table only: a same-named folder in the working directory is
+    not used, a missing one is one line naming the table and the row, and a catalogue name wins over a folder
+    of the same name beside the table."""
+    cfg = {"model_type": "mixtral", "num_hidden_layers": 2, "num_local_experts": 4, "num_experts_per_tok": 2,
+           "hidden_size": 64, "intermediate_size": 32, "num_attention_heads": 2, "num_key_value_heads": 1,
+           "vocab_size": 128}
+    for d in (tmp_path / "tiny-moe", tmp_path / "sub" / "qwen3-30b-a3b"):
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(json.dumps(cfg))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(EcoSimError, match=r"t\.json: row 'r': sim\.model 'tiny-moe': no such file or folder beside the table"):
+        load_rows(_user_table(tmp_path, "tiny-moe", tmp_path / "sub"))
+    rows = load_rows(_user_table(tmp_path, "qwen3-30b-a3b", tmp_path / "sub"))
+    assert "_model" not in rows[0]["sim"]  # the catalogue's Qwen3-30B-A3B, not the 4-expert folder beside it
+    rows = load_rows(_user_table(tmp_path, "tiny-moe"))
+    assert rows[0]["sim"]["model"] == "tiny-moe" and rows[0]["sim"]["_model"] == str((tmp_path / "tiny-moe").resolve())
+    (tmp_path / "tiny-moe" / "config.json").write_text(json.dumps({**cfg, "num_attention_heads": 0}))
+    with pytest.raises(EcoSimError, match="row 'r': .*num_attention_heads must be at least 1"):
+        load_rows(_user_table(tmp_path, "tiny-moe"))
+    r = ecosim("fidelity", "--table", str(_user_table(tmp_path, "nowhere")))
+    assert r.returncode == 2 and "no such file or folder beside the table" in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ecosim.catalog.hf_config import SUPPORTED, shape_from_config
-from ecosim.catalog.models import MODELS, ModelShape, _gqa, get_model
+from ecosim.catalog.models import MODELS, ModelShape, gqa_params, get_model
 from ecosim.cli import main as ecosim_main
 from ecosim.errors import EcoSimError
 
@@ -121,7 +121,7 @@ def test_llama4_interleaves_dense_and_moe_layers():
     s = shape_from_config(t.Llama4TextConfig(**text).to_dict(), "maverick", "")
     assert s.family == "llama4_text" and s.moe_layers == tuple(range(1, 48, 2))
     assert (s.num_experts, s.top_k, s.num_shared_experts) == (128, 1, 1)
-    params = 48 * _gqa(5120, 40, 8, 128) + 24 * 3 * 5120 * 16384 + 24 * 1 * 3 * 5120 * 8192
+    params = 48 * gqa_params(5120, 40, 8, 128) + 24 * 3 * 5120 * 16384 + 24 * 1 * 3 * 5120 * 8192
     assert s.dense_bytes == params * 2 + 24 * 128 * 5120 * 2 + 202048 * 5120 * 2
     # the multimodal wrapper (model_type llama4) is read through its text_config
     wrapped = t.Llama4Config(text_config=text).to_dict()
@@ -180,7 +180,7 @@ def test_group_limits_follow_the_config_and_leave_catalogue_manifests_alone():
     assert (off.n_group, off.topk_group) == (0, 0) and off.group_limits == (0, 0)
     m = off.to_manifest()
     assert (m["n_group"], m["topk_group"]) == (0, 0) and ModelShape.from_manifest(m) == off
-    with pytest.raises(EcoSimError, match="n_group 7 must divide 256"):
+    with pytest.raises(EcoSimError, match="n_group 7 must divide the 256 experts"):
         shape_from_config({**v3, "n_group": 7}, "bad", "")
 
 
@@ -290,3 +290,68 @@ def test_a_trace_checks_the_group_limits_it_carries(tmp_path):
     (out / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(EcoSimError, match="n_group"):
         read_trace(out)
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"num_attention_heads": 0}, "num_attention_heads must be at least 1"),
+    ({"hidden_size": 0}, "hidden_size must be at least 1"),
+    ({"mlp_only_layers": 3}, "mlp_only_layers must be a list of layer indices"),
+    ({"mlp_only_layers": ["a"]}, "mlp_only_layers must be a list of layer indices"),
+    ({"dtype": ["bfloat16"]}, "dtype"),
+    ({"num_experts_per_tok": 9}, "num_experts_per_tok 9 must lie in"),
+])
+def test_a_malformed_config_is_one_error_naming_its_file(tmp_path, change, needle):
+    cfg = {"model_type": "qwen3_moe", "num_hidden_layers": 2, "num_experts": 8, "num_experts_per_tok": 2,
+           "hidden_size": 64, "moe_intermediate_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "vocab_size": 128, **change}
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(EcoSimError, match=needle) as e:
+        get_model(str(tmp_path / "m"))
+    assert str(e.value).startswith(str(tmp_path / "m" / "config.json"))
+
+
+def test_a_config_folder_named_like_a_catalogue_shape_gets_its_preset_only_if_it_routes_like_it(tmp_path):
+    """A shipped preset is fitted for a catalogue shape's experts and top-k: a folder that only borrows the name
+    routes with the generator's defaults (or a preset given), never that shape's."""
+    from ecosim.routing.presets import shipped_preset
+    t = pytest.importorskip("transformers")
+    same = tmp_path / "a" / "qwen3-30b-a3b"
+    other = tmp_path / "b" / "qwen3-30b-a3b"
+    for d, experts, k in ((same, 128, 8), (other, 8, 2)):
+        d.mkdir(parents=True)
+        cfg = t.Qwen3MoeConfig(num_hidden_layers=2, hidden_size=64, moe_intermediate_size=32, num_attention_heads=4,
+                               num_key_value_heads=2, head_dim=16, num_experts=experts, num_experts_per_tok=k,
+                               vocab_size=256, dtype="bfloat16").to_dict()
+        (d / "config.json").write_text(json.dumps(cfg))
+    assert shipped_preset("qwen3-30b-a3b") == "qwen3-30b-a3b" and shipped_preset(get_model(str(same))) == "qwen3-30b-a3b"
+    assert shipped_preset(get_model(str(other))) is None
+    out = tmp_path / "trace"
+    assert _ecosim("synth", out, "--model", other, "--requests", "1", "--positions", "4") == 0
+    assert json.loads((out / "manifest.json").read_text())["provenance"]["source"] == "ecosim synth (defaults)"
+
+
+def test_one_group_limit_rule_for_configs_manifests_and_the_router():
+    from ecosim.catalog.shape import group_limit_problem
+    from ecosim.routing.generator import Router, RoutingKnobs
+    assert group_limit_problem(0, 0, 256, 8) is None and group_limit_problem(8, 4, 256, 8) is None
+    for n, t, why in ((8, 0, "topk_group 0 lie in"), (7, 4, "must divide"), (8, 9, "lie in"), (64, 1, "hold at least"),
+                      (8.0, 4, "whole numbers")):
+        assert why in (group_limit_problem(n, t, 256, 8) or ""), (n, t)
+    with pytest.raises(EcoSimError, match="topk_group 0 lie in"):
+        Router(2, 256, 8, RoutingKnobs(n_group=8, topk_group=0), 1, 0)
+    t = pytest.importorskip("transformers")
+    v3 = {k: v for k, v in t.DeepseekV3Config(dtype="bfloat16").to_dict().items() if k not in ("n_group", "topk_group")}
+    assert shape_from_config(v3, "v3", "").group_limits == (8, 4)  # transformers' defaults where the config is silent
+
+
+def test_a_preset_must_say_what_it_was_fitted_to_and_keep_its_knobs_in_range(tmp_path):
+    from ecosim.routing.presets import load_preset, preset_path
+    good = json.loads(preset_path("qwen3-30b-a3b").read_text())
+    for bad, needle in (({k: v for k, v in good.items() if k != "source"}, "not a synth preset"),
+                        ({**good, "knobs": {**good["knobs"], "token_affinity": 0.9, "parent_affinity": 0.9}}, "out of range"),
+                        ({**good, "knobs": {**good["knobs"], "skew": "high"}}, "not a synth preset")):
+        p = tmp_path / "p.json"
+        p.write_text(json.dumps(bad))
+        with pytest.raises(EcoSimError, match=needle):
+            load_preset(str(p))

@@ -308,3 +308,20 @@ def test_cli_import_inspect_calibrate_synth_and_hybrid(tmp_path: Path, capsys: p
     assert "(hybrid, mixtral-8x7b, 2 requests, 20 positions)" in capsys.readouterr().out
     m = json.loads((hyb / "manifest.json").read_text())
     assert m["version"] == 2 and m["provenance"]["kind"] == "hybrid" and m["draft"]["accept_len"] == 1.5
+
+
+def test_routing_of_a_config_model_names_the_config_so_the_shape_is_found_again(tmp_path: Path) -> None:
+    """import-routing --model CONFIG records the config's absolute path as the model, so get_model (predictor
+    evaluation on a routing set) finds the same shape from anywhere; a catalogue name stays a name."""
+    from ecosim.catalog.models import get_model
+    cfg = {"model_type": "mixtral", "num_hidden_layers": 3, "num_local_experts": 8, "num_experts_per_tok": 2,
+           "hidden_size": 64, "intermediate_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "vocab_size": 256}
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "config.json").write_text(json.dumps(cfg))
+    np.savez(tmp_path / "two.npz", a=SEQS[0], b=SEQS[1])
+    out = tmp_path / "r"
+    assert main(["import-routing", str(tmp_path / "two.npz"), "--out", str(out), "--model", str(tmp_path / "tiny")]) == 0
+    r = read_routing(out)
+    assert r.model == str((tmp_path / "tiny" / "config.json").resolve())
+    assert get_model(r.model) == get_model(str(tmp_path / "tiny"))

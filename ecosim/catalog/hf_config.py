@@ -1,11 +1,13 @@
 """A model shape from a Hugging Face `config.json`, for MoE models the catalogue (models.py) does not list.
 
 Plain JSON in, a `ModelShape` out: no torch, no transformers (ecosim stays torch-free). The bytes follow the
-catalogue's arithmetic exactly (shape._Arch.shape): one routed expert is 3 * hidden * moe_intermediate
+catalogue's arithmetic exactly (shape.Arch.shape): one routed expert is 3 * hidden * moe_intermediate
 parameters (gate, up, down; gpt-oss's fused gate_up + down is the same count); the dense bytes are attention,
 the dense MLP layers, the shared experts, the routers (at the config's dtype) and the LM head (at the config's
 dtype); the embedding is a row lookup, not a read. Each model type's fields are read as transformers 5.24's
-modeling code reads them (which layers are MoE, which size a dense layer or a shared expert has).
+modeling code reads them (which layers are MoE, which size a dense layer or a shared expert has), with one
+addition: DeepSeek's and GLM's moe_layer_freq, which transformers ignores and DeepSeek's own modeling code,
+vLLM and SGLang apply (see _FIRST_K_DENSE).
 
 Approximated, as the catalogue approximates them: norms, biases (Qwen2-MoE's qkv, gpt-oss's experts and
 attention), gpt-oss's attention sinks, Qwen2-MoE's shared_expert_gate (hidden weights per MoE layer) and FP8
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ecosim.catalog.shape import GROUP_LIMITED, ModelShape, _Arch, _gqa
+from ecosim.catalog.shape import GROUP_LIMITED, Arch, ModelShape, gqa_params, group_limit_problem
 from ecosim.errors import EcoSimError
 
 SUPPORTED = ("deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss", "granitemoe", "llama4", "llama4_text", "mixtral",
@@ -57,11 +59,29 @@ def _int(c: dict[str, Any], key: str, default: int | None = None, *alts: str) ->
     return default
 
 
+def _size(c: dict[str, Any], key: str, default: int | None = None, *alts: str) -> int:
+    """A size (layers, widths, heads, vocabulary): as _int, and at least 1."""
+    v = _int(c, key, default, *alts)
+    if v < 1:
+        raise EcoSimError(f"config.json: {key} must be at least 1, not {v}")
+    return v
+
+
+def _ints(c: dict[str, Any], key: str) -> list[int] | None:
+    """c[key] as a list of non-negative integers (layer indices), None where absent or null."""
+    v = c.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v):
+        raise EcoSimError(f"config.json: {key} must be a list of layer indices, not {v!r}")
+    return v
+
+
 def _bytes_per_param(top: dict[str, Any], text: dict[str, Any]) -> tuple[float, float, float]:
     """(experts, dense, dtype) bytes per parameter: quantization_config's method where it has one, else the
     dtype (`dtype`, or `torch_dtype` before transformers 5; BF16 where neither says)."""
     dtype = text.get("dtype") or text.get("torch_dtype") or top.get("dtype") or top.get("torch_dtype") or "bfloat16"
-    if dtype not in _DTYPE_BYTES:
+    if not isinstance(dtype, str) or dtype not in _DTYPE_BYTES:
         raise EcoSimError(f"config.json: dtype {dtype!r} is not one of {', '.join(_DTYPE_BYTES)}")
     plain = _DTYPE_BYTES[dtype]
     q = top.get("quantization_config") or text.get("quantization_config")
@@ -81,12 +101,12 @@ def _moe_layers(family: str, c: dict[str, Any], layers: int) -> tuple[int, ...]:
         first, every = _int(c, "first_k_dense_replace", 0), max(_int(c, "moe_layer_freq", 1), 1)
         ids = [i for i in range(layers) if i >= first and i % every == 0]
     elif family in ("qwen2_moe", "qwen3_moe"):  # (layer + 1) % decoder_sparse_step == 0, outside mlp_only_layers
-        step, dense = max(_int(c, "decoder_sparse_step", 1), 1), set(c.get("mlp_only_layers") or [])
+        step, dense = max(_int(c, "decoder_sparse_step", 1), 1), set(_ints(c, "mlp_only_layers") or [])
         ids = [i for i in range(layers) if i not in dense and (i + 1) % step == 0]
     elif family == "llama4_text":  # moe_layers if given, else every interleave_moe_layer_step-th from step - 1
         step = max(_int(c, "interleave_moe_layer_step", 1), 1)
-        given = c.get("moe_layers")
-        ids = sorted({int(i) for i in given}) if given is not None else list(range(step - 1, layers, step))
+        given = _ints(c, "moe_layers")
+        ids = sorted(set(given)) if given is not None else list(range(step - 1, layers, step))
     else:
         ids = list(range(layers))
     if not ids:
@@ -101,39 +121,46 @@ def _attention(family: str, c: dict[str, Any], hidden: int) -> tuple[int, int]:
 
     MLA (DeepSeek-V2/V3): q_a + q_b (or one q projection where q_lora_rank is null, as in V2-Lite) + kv_a + kv_b + o
     = hidden*q_lora + q_lora*heads*(nope+rope) + hidden*(kv_lora+rope) + kv_lora*heads*(nope+v) + heads*v*hidden;
-    it caches the compressed latent and the shared rope key, kv_lora + rope. GQA: q, k, v, o (shape._gqa) and
+    it caches the compressed latent and the shared rope key, kv_lora + rope. GQA: q, k, v, o (shape.gqa_params) and
     2 * kv_heads * head_dim cached, head_dim defaulting to hidden / heads as the modeling code does."""
-    heads = _int(c, "num_attention_heads")
+    heads = _size(c, "num_attention_heads")
     if family in _MLA:
-        q_lora, kv_lora = c.get("q_lora_rank"), _int(c, "kv_lora_rank")
+        q_lora, kv_lora = _int(c, "q_lora_rank", 0), _int(c, "kv_lora_rank")
         nope, rope, v = _int(c, "qk_nope_head_dim"), _int(c, "qk_rope_head_dim"), _int(c, "v_head_dim")
         q = hidden * heads * (nope + rope) if not q_lora else hidden * q_lora + q_lora * heads * (nope + rope)
         params = q + hidden * (kv_lora + rope) + kv_lora * heads * (nope + v) + heads * v * hidden
         return params, kv_lora + rope
-    kv_heads = _int(c, "num_key_value_heads", heads)
-    head_dim = _int(c, "head_dim", hidden // heads)
-    return _gqa(hidden, heads, kv_heads, head_dim), 2 * kv_heads * head_dim
+    kv_heads = _size(c, "num_key_value_heads", heads)
+    head_dim = _size(c, "head_dim", max(hidden // heads, 1))
+    return gqa_params(hidden, heads, kv_heads, head_dim), 2 * kv_heads * head_dim
+
+
+# n_group / topk_group where a config leaves them out: transformers 5.24's config defaults (DeepseekV3Config 8 / 4,
+# Glm4MoeConfig 1 / 1, DeepseekV2Config none: no groups).
+_DEFAULT_GROUPS = {"deepseek_v3": (8, 4), "glm4_moe": (1, 1), "deepseek_v2": (1, 1)}
 
 
 def _group_limits(family: str, c: dict[str, Any], experts: int, top_k: int) -> tuple[int, int]:
     """(n_group, topk_group) of the config's router; (0, 0) where it does not limit groups: DeepSeek-V2 only
-    with topk_method group_limited_greedy, DeepSeek-V3 and GLM-4.5 whenever n_group > 1 (topk_group < n_group)."""
+    with topk_method group_limited_greedy, DeepSeek-V3 and GLM-4.5 whenever n_group > 1 (topk_group < n_group).
+    Checked by the one rule (shape.group_limit_problem)."""
     if family not in _FIRST_K_DENSE:
         return 0, 0
     if family == "deepseek_v2" and c.get("topk_method", "greedy") != "group_limited_greedy":
         return 0, 0
-    n = _int(c, "n_group", 1)
-    t = _int(c, "topk_group", n)
+    n0, t0 = _DEFAULT_GROUPS[family]
+    n = _int(c, "n_group", n0)
+    t = _int(c, "topk_group", t0 if "n_group" not in c else n)
     if n <= 1 or t >= n:
         return 0, 0
-    if experts % n or t < 1 or t * (experts // n) < top_k:
-        raise EcoSimError(f"config.json: n_group {n} must divide {experts} experts and topk_group {t} groups hold "
-                          f"at least num_experts_per_tok {top_k} experts")
+    why = group_limit_problem(n, t, experts, top_k)
+    if why:
+        raise EcoSimError(f"config.json: {why}")
     return n, t
 
 
 def shape_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelShape:
-    """The `ModelShape` of a Hugging Face MoE config (a parsed config.json), through the catalogue's _Arch."""
+    """The `ModelShape` of a Hugging Face MoE config (a parsed config.json), through the catalogue's Arch."""
     if not isinstance(cfg, dict):
         raise EcoSimError("config.json: not a JSON object")
     model_type = cfg.get("model_type")
@@ -152,15 +179,15 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelShape
     top_k = _int(text, "num_experts_per_tok", None, "experts_per_token")
     if not 1 <= top_k <= experts:
         raise EcoSimError(f"config.json: num_experts_per_tok {top_k} must lie in [1, {experts}]")
-    layers, hidden, vocab = _int(text, "num_hidden_layers"), _int(text, "hidden_size"), _int(text, "vocab_size")
+    layers, hidden, vocab = _size(text, "num_hidden_layers"), _size(text, "hidden_size"), _size(text, "vocab_size")
     moe_layers = _moe_layers(family, text, layers)
     attn, kv = _attention(family, text, hidden)
     dense = len(moe_layers) < layers  # some layers have a dense MLP
     if family in _FIRST_K_DENSE or family in ("qwen2_moe", "qwen3_moe"):
-        moe_inter = _int(text, "moe_intermediate_size")
+        moe_inter = _size(text, "moe_intermediate_size")
         dense_inter = _int(text, "intermediate_size") if dense else 0
     else:  # Mixtral, PhiMoE, OLMoE, gpt-oss, Granite-MoE, Llama-4: intermediate_size is one expert's
-        moe_inter = _int(text, "intermediate_size")
+        moe_inter = _size(text, "intermediate_size")
         dense_inter = _int(text, "intermediate_size_mlp") if dense else 0  # only Llama-4 has dense layers here
     shared, shared_inter = 0, None
     if family in _FIRST_K_DENSE:  # n_shared_experts of moe_intermediate_size each (one MLP of n times the width)
@@ -173,7 +200,7 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelShape
     expert_bpp, dense_bpp, plain = _bytes_per_param(cfg, text)
     n_group, topk_group = _group_limits(family, text, experts, top_k)
     own = None if (n_group, topk_group) == GROUP_LIMITED.get(family, (0, 0)) else (n_group, topk_group)
-    arch = _Arch(layers, moe_layers[0], experts, top_k, shared, hidden, moe_inter, dense_inter, vocab, attn, kv,
+    arch = Arch(layers, moe_layers[0], experts, top_k, shared, hidden, moe_inter, dense_inter, vocab, attn, kv,
                  expert_bpp, dense_bpp, lm_head_bytes_per_param=plain, kv_bytes_per_elem=plain,
                  moe_layer_ids=moe_layers, shared_inter=shared_inter, router_bytes_per_param=plain)
     return arch.shape(name, family, source, *(own or (None, None)))

@@ -1,5 +1,5 @@
 """What the cost model and the router need of a MoE target (`ModelShape`), and the arithmetic that derives its
-bytes from an architecture (`_Arch`), shared by the catalogue (models.py) and Hugging Face configs (hf_config.py).
+bytes from an architecture (`Arch`), shared by the catalogue (models.py) and Hugging Face configs (hf_config.py).
 
 `expert_bytes` is one routed expert's weights as stored (gate, up and down projections); `dense_bytes` is
 everything else a batch-1 forward reads: attention, dense MLP layers, shared experts, routers and the LM head
@@ -14,6 +14,22 @@ from typing import Any
 # DeepSeek-V3 / V3.1 config.json: n_group 8, topk_group 4 (each token's 8 experts lie in at most 4 of 8 groups
 # of 32); keyed by family. A shape whose config says otherwise carries its own (ModelShape.n_group).
 GROUP_LIMITED: dict[str, tuple[int, int]] = {"deepseek_v3": (8, 4)}
+
+
+def group_limit_problem(n_group: object, topk_group: object, num_experts: int, top_k: int) -> str | None:
+    """Why (n_group, topk_group) cannot route top_k of num_experts experts, or None: (0, 0) is no limit;
+    otherwise n_group divides the experts, 1 <= topk_group <= n_group, and the groups a token may use hold
+    at least top_k experts. The one rule for configs (hf_config.py), manifests (trace/checks.py) and the
+    router (routing/generator.py)."""
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (n_group, topk_group)):
+        return "n_group and topk_group must be whole numbers"
+    assert isinstance(n_group, int) and isinstance(topk_group, int)
+    if (n_group, topk_group) == (0, 0):
+        return None
+    if n_group < 1 or num_experts % n_group or not 1 <= topk_group <= n_group or topk_group * (num_experts // n_group) < top_k:
+        return (f"n_group {n_group} must divide the {num_experts} experts, topk_group {topk_group} lie in [1, n_group], "
+                f"and topk_group groups hold at least top_k {top_k} experts (or both 0: no limit)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -124,7 +140,7 @@ class ModelShape:
 
 
 @dataclass(frozen=True)
-class _Arch:
+class Arch:
     """Just enough architecture to derive the bytes; kept to show the arithmetic."""
 
     layers: int
@@ -189,6 +205,6 @@ class _Arch:
         )
 
 
-def _gqa(hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
+def gqa_params(hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
     """Attention parameters of one grouped-query layer: q, k, v and o projections."""
     return hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ecosim.catalog.models import get_model
+from ecosim.catalog.models import get_model, in_catalogue
 from ecosim.cli import app, fail, wide_console
 from ecosim.routing.data import Routing, is_routing_dir, read_routing, trace_continuation, write_routing
 from ecosim.routing.importers import FORMATS, import_routing
@@ -84,7 +84,9 @@ def import_routing_cmd(
         fail(f"{out}: exists; refusing to overwrite it (choose a new --out)")
     shape = get_model(model) if model else None
     t0 = time.perf_counter()
-    r = import_routing(source, fmt, model=shape.name if shape else None,
+    # a catalogue name, or the config.json's absolute path, so that `predictor` finds the shape again
+    name = None if not shape else model if in_catalogue(model or "") else str(Path(shape.source).resolve())
+    r = import_routing(source, fmt, model=name,
                        num_experts=num_experts or (shape.num_experts if shape else None), credit=credit)
     if shape and (r.layers, r.top_k) != (shape.num_moe_layers, shape.top_k):
         fail(f"{source}: {r.layers} layers x top-{r.top_k}, but {shape.name} has {shape.num_moe_layers} x top-{shape.top_k}")

@@ -11,13 +11,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ecosim.catalog.models import MODELS, get_model
+from ecosim.catalog.models import MODELS, get_model, in_catalogue
 from ecosim.cli import app, fail, wide_console
 from ecosim.cli.routing import print_routing_stats
 from ecosim.hybrid import write_hybrid
 from ecosim.outputs import TRACE, check_output
 from ecosim.routing.calibrate import START, fit, moments_plain, write_preset
-from ecosim.routing.presets import KNOBS, knobs_of, load_preset, preset_knobs, preset_path
+from ecosim.routing.presets import KNOBS, knobs_of, load_preset, preset_knobs, shipped_preset
 from ecosim.routing.scale import RoutingShape, scaled_start
 from ecosim.routing.data import is_routing_dir, read_routing
 from ecosim.routing.importers import import_routing
@@ -113,7 +113,7 @@ def synth(
     given = {"skew": skew, "token_affinity": token_affinity, "parent_affinity": parent_affinity, "context": context,
              "context_share": context_share}
     knobs, source = {"skew": 1.0, "token_affinity": 0.5, "parent_affinity": 0.3, "context": 0.0, "context_share": 0.0}, "defaults"
-    name = preset if preset is not None else (shape.name if preset_path(shape.name).is_file() else "none")
+    name = preset if preset is not None else (shipped_preset(shape) or "none")
     if name != "none":
         p = load_preset(name)
         knobs, source = knobs_of(p), f"preset {name}: {p['source']}"
@@ -148,7 +148,7 @@ def _calibrate(out: Path, model: str, routing: Path, fraction: float, seed: int)
     shape = get_model(model) if model else None
     own, to = RoutingShape(real.num_experts, real.top_k), RoutingShape.of(shape) if shape else None
     scaled = to is not None and (to.num_experts, to.top_k) != (own.num_experts, own.top_k)
-    start = scaled_start(preset_knobs(real.model) if preset_path(real.model).is_file() else START, own, to) if scaled else None
+    start = scaled_start(preset_knobs(real.model) if in_catalogue(real.model) and shipped_preset(real.model) else START, own, to) if scaled else None
     t0 = time.perf_counter()
     knobs, record = fit(fit_set, seed=seed, shape=to, start=start, progress=lambda s: print(s, flush=True))
     if check_set is not None and len(check_set.seq_len):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ecosim.catalog.shape import group_limit_problem
 from ecosim.errors import EcoSimError
 
 HOME = 3.0
@@ -79,8 +80,9 @@ class Router:
             g = (np.argsort(np.argsort(-g, axis=-1), axis=-1) < m).astype(np.float64)
         self.ctx = (knobs.context * g).astype(np.float32)
         self.salt = np.uint64(rng.integers(1, 2**62))
-        if knobs.n_group and (num_experts % knobs.n_group or not 1 <= knobs.topk_group <= knobs.n_group):
-            raise EcoSimError(f"n_group {knobs.n_group} must divide {num_experts} experts and topk_group lie in [1, n_group]")
+        why = group_limit_problem(knobs.n_group, knobs.topk_group, num_experts, top_k)
+        if why:
+            raise EcoSimError(why)
 
     def set_context(self, experts: list[np.ndarray]) -> None:
         """Each request's context from its real routing ((len, L, k) per request): its support is

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ecosim.catalog.shape import group_limit_problem
 from ecosim.errors import EcoSimError
 from ecosim.trace.schema import FORMAT, MANIFEST, MANIFEST_KEYS, MODEL_KEYS, NODES, POSITIONS, PROVENANCES, READABLE_VERSIONS
 
@@ -93,10 +94,9 @@ def check_manifest(m: Any) -> None:
     if model["expert_bytes"] <= 0 or model["dense_bytes"] < 0 or model["num_shared_experts"] < 0:
         raise TraceError(MANIFEST, "byte counts must be positive", column="model.expert_bytes")
     if "n_group" in model or "topk_group" in model:  # optional: a shape's own group limits (ModelShape.n_group)
-        n, t = model.get("n_group"), model.get("topk_group")
-        if not (_is_int(n) and _is_int(t) and 0 <= t <= n and (n == 0 or model["num_experts"] % n == 0)):
-            raise TraceError(MANIFEST, "n_group and topk_group must be whole numbers, 0 <= topk_group <= n_group, "
-                             "n_group dividing num_experts", column="model.n_group")
+        why = group_limit_problem(model.get("n_group"), model.get("topk_group"), model["num_experts"], model["top_k"])
+        if why:
+            raise TraceError(MANIFEST, why, column="model.n_group")
     if m["decoding"].get("mode") != "greedy":
         raise TraceError(MANIFEST, "version 1 records greedy decoding only", column="decoding.mode")
     seen: set[int] = set()
