@@ -355,3 +355,19 @@ def test_a_preset_must_say_what_it_was_fitted_to_and_keep_its_knobs_in_range(tmp
         p.write_text(json.dumps(bad))
         with pytest.raises(EcoSimError, match=needle):
             load_preset(str(p))
+
+
+def test_kimi_k2_is_read_as_the_deepseek_v3_architecture_it_reuses():
+    """Kimi-K2's config.json names model_type kimi_k2 over DeepSeek-V3's architecture (its deploy guidance): the
+    same fields give the same arithmetic, here with its 384 experts, one dense layer, 64 heads and no groups."""
+    t = pytest.importorskip("transformers")
+    kimi = {**t.DeepseekV3Config(num_hidden_layers=61, first_k_dense_replace=1, n_routed_experts=384, n_shared_experts=1,
+                                 num_experts_per_tok=8, hidden_size=7168, moe_intermediate_size=2048,
+                                 intermediate_size=18432, vocab_size=163840, q_lora_rank=1536, kv_lora_rank=512,
+                                 qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, num_attention_heads=64,
+                                 n_group=1, topk_group=1, quantization_config=FP8, dtype="bfloat16").to_dict(),
+            "model_type": "kimi_k2"}
+    s = shape_from_config(kimi, "kimi-k2", "")
+    assert s == shape_from_config({**kimi, "model_type": "deepseek_v3"}, "kimi-k2", "")
+    assert (s.family, s.attention, s.group_limits, s.num_experts, len(s.moe_layers)) == ("deepseek_v3", "mla", (0, 0), 384, 60)
+    assert s.expert_bytes == 3 * 7168 * 2048  # FP8: one byte a weight

@@ -26,8 +26,13 @@ from typing import Any
 from ecosim.catalog.shape import GROUP_LIMITED, Arch, ModelShape, gqa_params, group_limit_problem
 from ecosim.errors import EcoSimError
 
-SUPPORTED = ("deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss", "granitemoe", "llama4", "llama4_text", "mixtral",
-             "olmoe", "phimoe", "qwen2_moe", "qwen3_moe")
+SUPPORTED = ("deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss", "granitemoe", "kimi_k2", "llama4", "llama4_text",
+             "mixtral", "olmoe", "phimoe", "qwen2_moe", "qwen3_moe")
+# Model types that are another type's architecture under their own name, read as that type: Kimi-K2 "reuses
+# DeepSeekV3CausalLM" and names itself kimi_k2 only so engines can tell it apart; its deploy guidance says to set
+# model_type to deepseek_v3 where an engine does not know it
+# (https://huggingface.co/moonshotai/Kimi-K2-Instruct/blob/main/docs/deploy_guidance.md).
+_SAME_AS = {"kimi_k2": "deepseek_v3"}
 _MLA = ("deepseek_v2", "deepseek_v3")
 # Types whose MoE layers are the ones from first_k_dense_replace on (and every moe_layer_freq-th, as DeepSeek's own
 # modeling code and vLLM's / SGLang's DeepseekV2 decoder layer read it: layer_idx % moe_layer_freq == 0);
@@ -171,7 +176,7 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelShape
         text = cfg.get("text_config")
         if not isinstance(text, dict):
             raise EcoSimError("config.json (llama4): no text_config object")
-    family = "llama4_text" if model_type == "llama4" else model_type
+    family = "llama4_text" if model_type == "llama4" else _SAME_AS.get(model_type, model_type)
     experts = _int(text, "n_routed_experts", 0, "num_local_experts", "num_experts")
     if experts == 0:
         raise EcoSimError(f"config.json ({family}): no routed experts (n_routed_experts, num_local_experts or "
