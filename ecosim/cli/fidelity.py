@@ -69,7 +69,7 @@ def _summary_lines(s: dict[str, Any]) -> list[str]:
 def fidelity(
     profile: Annotated[str, typer.Option(help="Serving profile whose fixed fields are used (cuda-graphs, eager or a .json).")] = DEFAULT_SERVING,
     fit: Annotated[bool, typer.Option(help="Fit the profile's free constants (step, kernel, collective, draft-level latency, host sync) on the rows marked fit; --no-fit uses the profile's own values.")] = True,
-    table: Annotated[Path | None, typer.Option(help="A published-measurements JSON of the same format; default: the one shipped.")] = None,
+    table: Annotated[Path | None, typer.Option(help="A published-measurements JSON of the same format; default: the one shipped. A row's sim.model may be a Hugging Face config.json (or its folder) and sim.preset a routing preset, both relative to this file.")] = None,
     write_profile: Annotated[Path | None, typer.Option(help="Write the fitted serving profile to this (new) JSON file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
     markdown: Annotated[bool, typer.Option(help="Print the rows as a Markdown table, each linked to its source, then the summary lines.")] = False,
