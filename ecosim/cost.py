@@ -189,11 +189,16 @@ class CostModel:
         return self.terms.kernel_latency_s + (0.0 if self.experts_only else self.device.graph_node_s)
 
     @property
+    def extra_kernels(self) -> float:
+        """L K_x: the kernels the serving profile says its engine release launches beyond the model's
+        fused count, on every decoder layer (0 for a current engine)."""
+        return self.model.num_layers * self.terms.extra_layer_kernels
+
+    @property
     def kernels(self) -> int | float:
-        """Kernels on a step's critical path: K + L K_x, the model's fused count plus what the serving
-        profile says its engine release launches beyond it on every decoder layer (a whole number
-        unless a profile declares a fractional K_x)."""
-        k = self.model.kernels_per_step + self.model.num_layers * self.terms.extra_layer_kernels
+        """Kernels on a step's critical path: K + L K_x (a whole number unless a profile declares a
+        fractional K_x)."""
+        k = self.model.kernels_per_step + self.extra_kernels
         return int(k) if float(k).is_integer() else k
 
     @property
@@ -201,9 +206,8 @@ class CostModel:
         """Fixed seconds per step: T_step + K tau_k + L K_x (tau_x + g) (0 under experts-only)."""
         if self.experts_only:
             return 0.0
-        extra = self.model.num_layers * self.terms.extra_layer_kernels
         graph = self.device.graph_node_s  # every graph node pays the platform's own replay cost
-        return self.terms.step_fixed_s + self.model.kernels_per_step * self.kernel_s + extra * (self.terms.extra_kernel_s + graph)
+        return self.terms.step_fixed_s + self.model.kernels_per_step * self.kernel_s + self.extra_kernels * (self.terms.extra_kernel_s + graph)
 
     def check(self, context_tokens: int) -> None:
         """Refuse a placement whose weights and KV do not fit a device (placements/base.py)."""

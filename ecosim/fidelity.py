@@ -228,8 +228,10 @@ def _price(sim_json: str, plain: bool, base: ServingProfile) -> Priced:
     sim = json.loads(sim_json)
     shape = at_dtype(get_model(_model(sim)), sim["dtype"])
     ctx = int(sim["context"])
+    routed = _synth(sim, not plain)  # read once: the bisection below only changes the acceptance knob
     if plain:
-        replay = TraceReplay(_trace(shape, _synth(sim, False, requests=2, positions=POSITIONS, depth=1, topk=1, max_nodes=1, prompt_len=ctx)))
+        replay = TraceReplay(_trace(shape, dataclasses.replace(routed, requests=2, positions=POSITIONS, depth=1, topk=1,
+                                                               max_nodes=1, prompt_len=ctx)))
         return Priced(_linear(replay, PolicySpec("ar"), _costs(shape, sim, base, 0), "token"))
     depth, topk, verified = int(sim["depth"]), int(sim["topk"]), int(sim["verified"])
     budget = verified - 1
@@ -237,7 +239,8 @@ def _price(sim_json: str, plain: bool, base: ServingProfile) -> Priced:
     spec = PolicySpec("confidence", budget)
 
     def replay_at(accept: float) -> tuple[TraceReplay, float]:
-        cfg = _synth(sim, True, requests=2, positions=POSITIONS, depth=depth, topk=topk, max_nodes=nodes, accept=accept, prompt_len=ctx)
+        cfg = dataclasses.replace(routed, requests=2, positions=POSITIONS, depth=depth, topk=topk, max_nodes=nodes,
+                                  accept=accept, prompt_len=ctx)
         r = TraceReplay(_trace(shape, cfg))
         steps = r.steps(spec)
         return r, float(steps.tokens.sum() / len(steps))
