@@ -11,7 +11,7 @@ A batch-1 step verifying n tokens after a context of c tokens, on D devices of a
            [+ misses_l e / B_pcie  before layer l                             offload:CAP]
            [+ d (K_d tau_k + W_d / D / (beta B) + C_d)                speculative steps: d draft forwards,
               + (K_spec + d K_level) tau_k + d T_level                  its bookkeeping (drafts.py)
-              + [not spec_overlap] T_sync]
+              + [not spec_overlap] T_sync]                              d <= N: policies/base.py DRAFTING_RULE
 
 with the model's shape (catalog/models.py): K kernels on the layers' critical paths (kernels_per_step), L decoder layers,
 e bytes per routed expert, P_e its parameters, k = top_k, h hidden size, kappa KV bytes per
@@ -78,8 +78,8 @@ class CostConfig:
         "--step-overhead", "Fixed time per verification step (sampling, scheduling), a time with its unit, e.g. 30us; "
         "default: the serving profile's.", duration))
     draft_time_s: float | None = field(default=None, metadata=option(  # per speculative step
-        "--draft-time", "Draft time per speculative step, a time with its unit, e.g. 1.5ms; default: tree depth x "
-        "one draft forward (drafts.py).", duration))
+        "--draft-time", "Draft time per speculative step, a time with its unit, e.g. 1.5ms, whatever its steps; default: the "
+        "steps it drafts x one draft forward, plus their bookkeeping (drafts.py).", duration))
     link_latency_s: float | None = field(default=None, metadata=option(  # per collective
         "--link-latency", "Latency per collective (all-reduce or all-to-all round), a time with its unit, e.g. 5us; "
         "default: the serving profile's.", duration))
@@ -161,7 +161,7 @@ class CostModel:
     device: Device
     placement: Placement = field(default_factory=Hbm)
     config: CostConfig = field(default_factory=CostConfig)
-    tree_depth: int = 0  # draft forwards per speculative step (from the trace's manifest)
+    tree_depth: int = 0  # the setting's draft steps N: at most N draft forwards per step (the trace's depth, cut or recorded)
     draft: DraftCost | None = None  # one draft forward's cost; None: no draft model
     terms: Terms = field(init=False)
 
@@ -224,24 +224,34 @@ class CostModel:
         dense = (d.layers - d.moe_layers) * self.collective_time(one, moe=False)
         return float(t + dense[0] + d.moe_layers * self.collective_time(one, moe=True)[0])
 
-    def spec_bookkeeping_time(self) -> float:
-        """Seconds a speculative step spends outside the draft's and the target's forwards: its
-        kernels (per step and per draft level) and the host time its sync exposes, unless the
-        engine overlaps it (the serving profile's spec_* fields)."""
+    def spec_bookkeeping_time(self, steps: float | None = None) -> float:
+        """Seconds a speculative step of `steps` draft levels (default: `tree_depth`) spends outside
+        the draft's and the target's forwards: its kernels (per step and per draft level) and the
+        host time its sync exposes, unless the engine overlaps it (the serving profile's spec_* fields)."""
         t = self.terms
-        kernels = (t.spec_step_kernels + self.tree_depth * t.spec_level_kernels) * self.kernel_s
-        return kernels + self.tree_depth * t.spec_level_s + (0.0 if t.spec_overlap else t.spec_sync_s)
+        d = self.tree_depth if steps is None else steps
+        kernels = (t.spec_step_kernels + d * t.spec_level_kernels) * self.kernel_s
+        return kernels + d * t.spec_level_s + (0.0 if t.spec_overlap else t.spec_sync_s)
 
-    def draft_time(self, speculative: bool) -> float:
-        """Seconds of the draft side of one speculative step (0 for plain steps): `tree_depth`
-        draft forwards plus the step's bookkeeping (drafts.py); --draft-time replaces it all."""
-        if self.experts_only or not speculative:
+    def draft_time(self, speculative: bool, steps: float | None = None) -> float:
+        """Seconds of the draft side of one speculative step (0 for plain steps): d = `steps` draft
+        forwards (default `tree_depth`, the setting's N) plus the bookkeeping of d levels
+        (drafts.py); --draft-time replaces it all, whatever d. A step of 0 steps drafts nothing."""
+        d = self.tree_depth if steps is None else steps
+        if self.experts_only or not speculative or d <= 0:
             return 0.0
         if self.terms.draft_time_s is not None:
             return self.terms.draft_time_s
         if self.draft is None:
             return 0.0
-        return self.tree_depth * self.draft_forward_time() + self.spec_bookkeeping_time()
+        return d * self.draft_forward_time() + self.spec_bookkeeping_time(d)
+
+    def draft_times(self, drafted: np.ndarray) -> np.ndarray:
+        """Seconds of each step's draft side: `drafted` the steps each asks for (inf: all), capped at
+        the setting's N = `tree_depth` (policies/base.py DRAFTING_RULE); 0 where it asks for none."""
+        d = np.minimum(np.asarray(drafted, dtype=np.float64), float(self.tree_depth))
+        levels, inverse = np.unique(d, return_inverse=True)
+        return np.array([self.draft_time(True, float(x)) for x in levels])[inverse.reshape(-1)]
 
     def _combine(self, memory: np.ndarray | float, compute: np.ndarray) -> np.ndarray:
         return np.maximum(memory, compute) if self.terms.overlap == "max" else memory + compute

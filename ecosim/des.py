@@ -203,9 +203,8 @@ class _Server:
                 t0 = self.env.now
                 yield self.env.timeout(a2a)
                 self._span(f"collectives L{layer}", "link", t0, self.env.now)
-        speculative = bool(s.speculative[idx].any())
         other = float(cost.other_times(tokens, context, speculative=False)[0])
-        other += cost.draft_time(speculative=True) if speculative else 0.0
+        other += float(cost.draft_times(s.drafted[idx]).max(initial=0.0))  # the batch drafts its deepest step's steps
         t0 = self.env.now
         yield self.env.timeout(other)
         self._span("dense+attention+overhead+draft", "device 0", t0, self.env.now)

@@ -28,7 +28,7 @@ from ecosim.metrics import Row
 from ecosim.oracle import shortest_path
 from ecosim.errors import EcoSimError
 from ecosim.policies import Context, PolicySpec
-from ecosim.policies.base import picked
+from ecosim.policies.base import ALL_STEPS, picked
 from ecosim.predictors import ExpertPredictor, get_predictor
 from ecosim.trace.io import Trace
 from ecosim.steps import Steps, make_row, union_bits, walk
@@ -108,7 +108,6 @@ class TraceReplay:
         """Walk and unions of a selection policy (cached; independent of the cost model unless the
         policy is priced). Specs whose selections are identical share one Steps object."""
         key = self._key(spec, cost)
-        declines = spec.policy.declines  # drafts only on the steps that verify more than the root
         shared = self._shared(spec, cost)
 
         def make() -> Steps:
@@ -119,8 +118,8 @@ class TraceReplay:
             accept = t.selected_accept_len(selected)
             visited = walk(t, accept)
             count = t.selected_count(selected)[visited]
-            drafts = count > 1 if declines else np.full(len(visited), spec.speculative)
-            return self._make_steps(visited, accept[visited], count, union_bits(self.trace, t, selected, visited), drafts)
+            drafted = spec.policy.draft_steps(spec.values, count, t.selected_depth(selected)[visited])
+            return self._make_steps(visited, accept[visited], count, union_bits(self.trace, t, selected, visited), drafted)
 
         steps = self.memo.get("steps", shared, make)
         self.memo.pop("masks", key)
@@ -144,12 +143,13 @@ class TraceReplay:
 
     def run_selection(self, selected: np.ndarray, cost: CostModel) -> Row:
         """Totals of a selection given as a mask over node rows (a static tree a caller built), a
-        step drafting wherever it verifies more than the root."""
+        step drafting all the setting's steps wherever it verifies more than the root."""
         t = self.trees
         accept = t.selected_accept_len(selected)
         visited = walk(t, accept)
         count = t.selected_count(selected)[visited]
-        steps = self._make_steps(visited, accept[visited], count, union_bits(self.trace, t, selected, visited), count > 1)
+        drafted = np.where(count > 1, ALL_STEPS, 0.0)
+        steps = self._make_steps(visited, accept[visited], count, union_bits(self.trace, t, selected, visited), drafted)
         return summarize(self, steps, cost)
 
     def unions_everywhere(self, spec: PolicySpec) -> np.ndarray:
@@ -177,7 +177,7 @@ class TraceReplay:
             taken.append(path)
         v = np.concatenate(visited) if visited else np.zeros(0, dtype=np.int64)
         cut = np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
-        return self._make_steps(v, cut, cut + 1, prefix[first[v] + cut], cut > 0)
+        return self._make_steps(v, cut, cut + 1, prefix[first[v] + cut], np.where(cut > 0, ALL_STEPS, 0.0))
 
     def chain_unions(self) -> tuple[np.ndarray, np.ndarray]:
         """The oracle's cost-free part, cached: the union of the true experts of each accepted chain
@@ -196,7 +196,7 @@ class TraceReplay:
         return prefix, first
 
     def _make_steps(self, visited: np.ndarray, accept: np.ndarray, verified: np.ndarray, bits: np.ndarray,
-                    speculative: np.ndarray) -> Steps:
+                    drafted: np.ndarray) -> Steps:
         t = self.trees
         req = self.trace.positions["request_id"][visited]
         end = np.zeros(t.n_trees, dtype=np.int64)
@@ -204,7 +204,7 @@ class TraceReplay:
             end[sl] = sl.stop
         tokens = np.minimum(accept + 1, end[visited] - visited)
         ctx = self.trace.positions["context_len"][visited].astype(np.int64)
-        return Steps(req, visited, tokens, verified, bits, ctx, speculative)
+        return Steps(req, visited, tokens, verified, bits, ctx, drafted)
 
     def _union(self, bits: np.ndarray, cost: CostModel) -> np.ndarray:
         """(steps, layers, groups) distinct experts each of the placement's expert groups reads."""
@@ -218,7 +218,7 @@ class TraceReplay:
         union = self._union(steps.bits, cost)
         times = cost.layer_times(union, steps.verified, misses).sum(axis=1)
         times = times + cost.other_times(steps.verified, steps.context, speculative=False)
-        times = times + np.where(steps.speculative, cost.draft_time(speculative=True), 0.0)
+        times = times + cost.draft_times(steps.drafted)
         return times, (misses.sum(axis=1) if misses is not None else np.zeros(len(steps)))
 
     def cache_misses(self, steps: Steps, cost: CostModel, key: Hashable | None = None) -> np.ndarray:
@@ -259,9 +259,9 @@ class TraceReplay:
         return np.bincount(inv, times, len(ids)), np.bincount(inv, steps.tokens, len(ids)).astype(np.float64)
 
     def _shared(self, spec: PolicySpec, cost: CostModel) -> tuple:
-        """What a priced row depends on besides the cost: the selection, and whether its root-only
-        steps draft (a declining policy's do not)."""
-        return (self.digest(spec, cost), "declines" if spec.policy.declines else spec.speculative)
+        """What a priced row depends on besides the cost: the selection, and the steps its steps
+        draft (the policy's drafting rule and own steps)."""
+        return (self.digest(spec, cost), spec.policy.drafting_key(spec.values))
 
 
 def _digest(selected: np.ndarray) -> bytes:

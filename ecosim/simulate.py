@@ -17,6 +17,7 @@ from ecosim.metrics import Row, total
 from ecosim.catalog.drafts import draft_cost
 from ecosim.placements import Placement
 from ecosim.policies import PolicySpec, registry
+from ecosim.trace.cut import truncate
 from ecosim.trace.io import Trace
 
 AR = PolicySpec(registry.baseline().name)
@@ -41,7 +42,8 @@ class PolicyResult:
 
 
 def cost_model(trace: Trace, device: Device, placement: Placement, config: CostConfig, check: bool = True) -> CostModel:
-    """The cost model for one trace: its own shape, tree depth and draft (drafts.py). Refuses a
+    """The cost model for one trace: its own shape, tree depth (the setting's draft steps N: the recorded
+    depth, or the depth `at_steps` cut it to) and draft (drafts.py). Refuses a
     placement whose weights and the KV of the trace's longest context do not fit a device (unless
     `check` is False: a benchmark of the replay's own speed, not of a deployment)."""
     m = trace.manifest
@@ -53,6 +55,22 @@ def cost_model(trace: Trace, device: Device, placement: Placement, config: CostC
     if check:
         cost.check(max_context(trace))
     return cost
+
+
+def at_steps(trace: Trace, steps: int | None) -> Trace:
+    """The trace a setting of `steps` draft steps sees: its trees cut to that depth (trace/cut.py);
+    None: as recorded."""
+    return trace if steps is None else truncate(trace, steps)
+
+
+def step_draft_time(spec: PolicySpec, cost: CostModel) -> float:
+    """Seconds of the draft side of a step of `spec` that drafts all it may: its own steps (a preset's,
+    a chain's), at most the setting's N (policies/base.py DRAFTING_RULE); 0 for a policy that never drafts."""
+    p = spec.policy
+    if not spec.speculative:
+        return 0.0
+    own = p.steps(spec.values) if p.steps is not None else cost.tree_depth
+    return cost.draft_time(True, min(own, cost.tree_depth))
 
 
 def max_context(trace: Trace) -> int:

@@ -27,10 +27,15 @@ class Steps:
     verified: np.ndarray  # tokens verified (selected nodes, root included)
     bits: np.ndarray  # (steps, layers, words) union of the verified nodes' true experts
     context: np.ndarray  # context length before the root
-    speculative: np.ndarray  # whether a draft tree was built for the step
+    drafted: np.ndarray  # draft steps the step asks for (float; inf: all the setting's N; 0: no draft)
 
     def __len__(self) -> int:
         return len(self.tree)
+
+    @property
+    def speculative(self) -> np.ndarray:
+        """Whether a draft tree was built for the step."""
+        return self.drafted > 0
 
 
 def walk(trees: Trees, accept: np.ndarray) -> np.ndarray:

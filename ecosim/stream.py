@@ -19,6 +19,7 @@ from ecosim.metrics import Row
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay, summarize
 from ecosim.steps import Steps
+from ecosim.trace.cut import truncate
 from ecosim.trace.io import Trace, iter_request_chunks, read_manifest, row_bytes
 
 # Working memory per node row, as a multiple of its size as arrays: the row, its experts packed as
@@ -39,12 +40,13 @@ def concat(parts: list[Steps]) -> Steps:
     return Steps(*(np.concatenate([getattr(p, f) for p in parts]) for f in Steps.__dataclass_fields__))
 
 
-def run_streamed(path: Path, spec: PolicySpec, cost: CostModel, max_memory: float) -> Row:
-    """One policy over one trace, never holding more than about `max_memory` bytes of nodes."""
+def run_streamed(path: Path, spec: PolicySpec, cost: CostModel, max_memory: float, steps: int | None = None) -> Row:
+    """One policy over one trace, never holding more than about `max_memory` bytes of nodes; with
+    `steps`, each chunk's trees cut to that depth (trace/cut.py)."""
     parts, first = [], None
     bound = spec.policy.is_bound
     for chunk in iter_request_chunks(path, max_rows(path, max_memory)):
-        replay = TraceReplay(chunk)
+        replay = TraceReplay(chunk if steps is None else truncate(chunk, steps))
         first = first or replay
         parts.append(replay.oracle_steps(cost) if bound else replay.steps(spec, cost))
     if first is None:
@@ -59,11 +61,13 @@ class StreamedReplay:
 
     path: Path
     max_memory: float
+    steps: int | None = None  # the setting's draft steps: trees cut to this depth (None: as recorded)
 
     @cached_property
     def trace(self) -> Trace:
         """The manifest only (no rows): enough for the cost model and the labels."""
-        return Trace(self.path, read_manifest(self.path), {}, {})
+        whole = Trace(self.path, read_manifest(self.path), {}, {})
+        return whole if self.steps is None else truncate(whole, self.steps)
 
     def run(self, spec: PolicySpec, cost: CostModel) -> Row:
-        return run_streamed(self.path, spec, cost, self.max_memory)
+        return run_streamed(self.path, spec, cost, self.max_memory, self.steps)

@@ -105,6 +105,12 @@ class Trees:
         np.maximum.at(out, self.tree_of_row[hit], self.depth[hit])
         return out
 
+    def selected_depth(self, selected: np.ndarray) -> np.ndarray:
+        """Depth of a selection's deepest node, per tree (0: the root alone)."""
+        out = np.zeros(self.n_trees, dtype=np.int64)
+        np.maximum.at(out, self.tree_of_row[selected], self.depth[selected])
+        return out
+
     def selected_count(self, selected: np.ndarray) -> np.ndarray:
         """Tokens verified per tree (root included)."""
         return np.bincount(self.tree_of_row[selected], minlength=self.n_trees)

@@ -14,6 +14,7 @@ from ecosim.cli.adapter import config_options, with_options
 from ecosim.cost import CostConfig, Terms
 from ecosim.errors import EcoSimError
 from ecosim.options import from_options
+from ecosim.policies.base import DRAFTING_RULE
 from ecosim.units import parse_quantity
 
 if TYPE_CHECKING:  # typing only: the CLI options never need the sweep package loaded
@@ -26,6 +27,10 @@ LinkBw = Annotated[str | None, typer.Option(help="Override the per-direction dev
 PcieBw = Annotated[str | None, typer.Option(help="Override the per-direction host-to-device bandwidth, e.g. 64GB/s.")]
 Placement = Annotated[str, typer.Option(help="Where weights live: hbm (one device), tp:N (experts sharded over N devices), ep:N (experts split over N), tp:N+ep:M, offload:CAP[:lru|lfu] (CAP experts per layer in HBM).")]
 Devices = Annotated[int | None, typer.Option(min=1, help="Number of devices; shorthand for --placement ep:N when N > 1.")]
+DRAFT_STEPS_HELP = ("The setting's draft steps N per verification (SGLang --speculative-num-steps, vLLM "
+                    "num_speculative_tokens, llama.cpp --draft-max): each trace's recorded trees are cut to depth N "
+                    "before a policy selects (at most the recorded depth); default: the recorded depth. " + DRAFTING_RULE)
+DraftSteps = Annotated[int | None, typer.Option("--draft-steps", min=1, help=DRAFT_STEPS_HELP)]
 
 
 @dataclass(frozen=True)

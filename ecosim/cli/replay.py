@@ -15,7 +15,8 @@ from rich.table import Table
 from ecosim.cli import app, fail, wide_console
 from ecosim.cli.adapter import knob_options, with_options
 from ecosim.cli.options import (
-    Bw, Devices, Hardware, HardwareArgs, LinkBw, PcieBw, Peak, Placement, cost_config, cost_options, placement_text, used_text,
+    Bw, Devices, DraftSteps, Hardware, HardwareArgs, LinkBw, PcieBw, Peak, Placement, cost_config, cost_options, placement_text,
+    used_text,
 )
 from ecosim.cost import NOT_MODELLED
 from ecosim.des import DesConfig, DesReplay
@@ -23,7 +24,7 @@ from ecosim.metrics import Row
 from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec, registry
 from ecosim.replay import TraceReplay
-from ecosim.simulate import Engine, PolicyResult, compare, cost_model
+from ecosim.simulate import Engine, PolicyResult, at_steps, compare, cost_model, step_draft_time
 from ecosim.stream import StreamedReplay
 from ecosim.units import parse_quantity
 from ecosim.trace.io import find_traces, read_trace
@@ -80,6 +81,7 @@ def replay(
     prefetch: Annotated[bool, typer.Option(help="des only, offload: copy the next layer's misses while this layer computes.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="des only: write a Chrome/Perfetto trace of the first trace's timeline to FILE.")] = None,
     max_memory: Annotated[str | None, typer.Option(help="Replay in pieces of whole requests within this much memory, e.g. 2GB (fast engine).")] = None,
+    draft_steps: DraftSteps = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
 ) -> None:
     """Replay selection policies over recorded (or synthetic) traces and compare them.
@@ -106,11 +108,14 @@ def replay(
         if engine == "des":
             fail("--max-memory replays with the fast engine only")
         budget_bytes = parse_quantity(max_memory, "bytes")
-        replays: list[Engine] = [StreamedReplay(p, budget_bytes) for p in paths]
+        replays: list[Engine] = [StreamedReplay(p, budget_bytes, draft_steps) for p in paths]
+        for r in replays:
+            r.trace  # a depth beyond the recorded one fails here, before any work
     elif engine == "des":
-        replays = [DesReplay(TraceReplay(read_trace(p)), DesConfig(arrivals, max_batch, prefetch)) for p in paths]
+        replays = [DesReplay(TraceReplay(at_steps(read_trace(p), draft_steps)), DesConfig(arrivals, max_batch, prefetch))
+                   for p in paths]
     else:
-        replays = [TraceReplay(read_trace(p)) for p in paths]
+        replays = [TraceReplay(at_steps(read_trace(p), draft_steps)) for p in paths]
 
     work = len(replays) * (len(specs) + 2)
     with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
@@ -131,6 +136,7 @@ def replay(
         hw = {k: v for k, v in device.to_dict().items() if v is not None}  # profile-only fields: in `used` instead
         out = {
             "hardware": hw, "placement": str(place), "cost_mode": config.mode, "engine": engine,
+            "draft_steps": {r.trace.name: int(c.tree_depth) for r, c in zip(replays, costs)},
             "used": {**used, "draft_time_s": draft, "draft": costs[0].describe()["draft"]},
             "not_modelled": list(NOT_MODELLED),
             "rows": [], "totals": [_row_json(r.total, r.spec) for r in results],
@@ -138,7 +144,7 @@ def replay(
         for i in range(len(replays)):  # one row per (trace, policy), trace by trace
             for r in results:
                 row = r.rows[i]
-                d = {**_row_json(row, r.spec), "draft_time_s": draft[row.trace] if r.spec.speculative else 0.0}
+                d = {**_row_json(row, r.spec), "draft_time_s": step_draft_time(r.spec, costs[i])}
                 if f"{row.trace}/{r.spec.label()}" in serving:
                     d["serving"] = serving[f"{row.trace}/{r.spec.label()}"]
                 out["rows"].append(d)
@@ -147,7 +153,8 @@ def replay(
     console = wide_console()
     resolved = "".join(f"; {'/'.join(s.name for s in specs if s.policy.knob(k.name))} {k.key}: {knobs[k.name]}"
                        for k in knob_used.values() if k.resolve)  # the knobs naming something loaded: the predictor
-    title = f"{device.name}, {device.hbm_bw / 1e12:.4g} TB/s, {place}, cost {config.mode}, engine {engine}{resolved}"
+    steps = f", draft steps {draft_steps}" if draft_steps is not None else ""
+    title = f"{device.name}, {device.hbm_bw / 1e12:.4g} TB/s, {place}, cost {config.mode}, engine {engine}{steps}{resolved}"
     console.print(_table(results, title))
     console.print(used_text(used, draft), markup=False, highlight=False)
     for key, metrics in serving.items():

@@ -131,6 +131,17 @@ class Context:
 
 
 Role = Literal["selection", "baseline", "bound"]
+Drafting = Literal["after", "before", "stops"]
+
+# The one rule for what a step pays for drafting, shown by every command that takes --draft-steps.
+DRAFTING_RULE = (
+    "A step pays the draft steps it takes, at most the setting's N (--draft-steps; default: the recorded depth), "
+    "each a forward of the draft kind plus its level's bookkeeping: a policy that decides after drafting (ecospec, "
+    "confidence, evict, the presets) pays all N whatever it verifies; one that decides before drafting (ecospec-auto) "
+    "pays N, or nothing on a step verifying the root alone; one that stops drafting at the depth it verifies (cascade) "
+    "pays that depth. A setting that fixes its own steps (a preset's depth, vllm-chain's length) drafts those, at most N."
+)
+ALL_STEPS = np.inf  # a step drafting every step the setting allows (min(ALL_STEPS, N) = N)
 
 
 @dataclass(frozen=True)
@@ -154,7 +165,8 @@ class Policy:
     speculative: bool = True
     role: Role = "selection"
     priced: bool = False
-    declines: bool = False  # a step verifying the root alone does not draft (the engine decides before drafting)
+    drafting: Drafting = "after"  # when the policy decides, so what its steps pay for drafting (DRAFTING_RULE)
+    steps: Callable[[Knobs], int] | None = None  # draft steps its own setting fixes (a preset's depth, a chain's length)
     weight: Callable[[Knobs, int], float] = field(default=lambda knobs, pricings: 1.0 + 0.1 * pricings)
 
     def __post_init__(self) -> None:
@@ -174,6 +186,23 @@ class Policy:
         """`confidence b=16`; `full` shows every knob (a sweep's rows), else `label_knobs`."""
         shown = [k for k in self.knobs if full or self.label_knobs is None or k.name in self.label_knobs]
         return " ".join([self.name, *(k.show(knobs[k.name]) for k in shown)])
+
+    def draft_steps(self, knobs: Knobs, verified: np.ndarray, deepest: np.ndarray) -> np.ndarray:
+        """Draft steps each step asks for (DRAFTING_RULE), before the setting's N caps them: `verified`
+        tokens and `deepest` verified depth per step; ALL_STEPS for all N. A float array (inf: all)."""
+        n = len(verified)
+        if not self.speculative or (self.budget is not None and knobs[self.budget] <= 0):
+            return np.zeros(n)
+        own = float(self.steps(knobs)) if self.steps is not None else ALL_STEPS
+        if self.drafting == "stops":
+            return np.minimum(deepest.astype(np.float64), own)
+        full = np.full(n, own)
+        return np.where(verified > 1, full, 0.0) if self.drafting == "before" else full
+
+    def drafting_key(self, knobs: Knobs) -> tuple:
+        """What `draft_steps` depends on besides the selection (a priced row's cache key)."""
+        speculative = self.speculative and (self.budget is None or knobs[self.budget] > 0)
+        return (self.drafting, self.steps(knobs) if self.steps is not None else None, speculative)
 
     def selection(self, ctx: Context, knobs: Knobs) -> np.ndarray:
         """The mask, for either way of selecting (an ordered policy's order computed for this budget)."""

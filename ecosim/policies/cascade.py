@@ -2,7 +2,8 @@
 length K for `TEST_STEPS` steps and measuring utility = (tokens per step) x t_ar / t_step, and a set
 phase of `SET_STEPS` steps that runs the K of the best utility, or no speculation (no draft) when no
 utility reached 1. K's candidates are 1..the tree's depth on the draft's greedy chain, as in vLLM.
-The test and set lengths are ours: the paper's values were not available to us.
+The test and set lengths are ours: the paper's values were not available to us. A step of length K
+drafts K steps and stops (`drafting="stops"`): it pays K draft forwards, speculation off pays none.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
     count = [t.selected_count(c) for c in chains]
     experts = t.trace.experts_3d()
     ctx_len = t.trace.positions["context_len"].astype(np.int64)
-    draft = cost.draft_time(speculative=True)
+    draft = cost.draft_times(np.arange(depth + 1))  # K draft steps, at most the setting's (0: speculation off)
     m = ctx.shape
     masks = cost.placement.group_masks(m.num_experts) if cost.placement.groups > 1 else None
 
@@ -49,7 +50,7 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
         union = bitsets.count_per_device(bits, masks) if masks is not None else bitsets.count(bits)
         n = np.array([count[k][pos]])
         layer = cost.layer_times(union, n).sum(axis=1)
-        return float(layer[0] + cost.other_times(n, ctx_len[pos: pos + 1], speculative=False)[0]) + (draft if k else 0.0)
+        return float(layer[0] + cost.other_times(n, ctx_len[pos: pos + 1], speculative=False)[0]) + float(draft[k])
 
     selected = t.depth == 0
 
@@ -83,5 +84,5 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
 
 
 POLICY = Policy("cascade", "Cascade: per request, test phases of each chain length and set phases of the best, "
-                "or speculation off when the measured utility is below 1.", select=select, priced=True, declines=True,
+                "or speculation off when the measured utility is below 1.", select=select, priced=True, drafting="stops",
                 weight=lambda knobs, pricings: 5.0 + pricings)

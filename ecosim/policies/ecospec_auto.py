@@ -8,7 +8,7 @@ of value only.
 Under offload the cache state a step sees depends on the steps before it, so the trees a request
 visits are selected one at a time along its own trajectory, each with the cache as the previous
 steps left it. Either way only the trees the requests visit are grown: the others keep the root
-alone (never verified). A root-only step does not draft (`declines`).
+alone (never verified). It decides before drafting (`drafting="before"`): a root-only step drafts nothing.
 """
 
 from __future__ import annotations
@@ -92,4 +92,4 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
 
 POLICY = Policy("ecospec-auto", "Per step, the subtree of most expected tokens per second at the run's own "
                 "running rate: calibrated acceptance, cost in seconds, no lambda to tune (auto.py).",
-                knobs=(PREDICTOR, VALUE), select=select, priced=True, declines=True, weight=lambda knobs, pricings: 10.0 + pricings)
+                knobs=(PREDICTOR, VALUE), select=select, priced=True, drafting="before", weight=lambda knobs, pricings: 10.0 + pricings)

@@ -8,7 +8,8 @@ defaults); `sglang-default`: `--speculative-num-draft-tokens 8 --speculative-eag
 --speculative-num-steps 5` (SGLang's EAGLE defaults). `vllm-chain`: the draft's greedy chain of
 `num_speculative_tokens` (the budget) tokens. The recorded tree was grown with its own (depth,
 topk, max_nodes): where it is smaller than the preset's, the preset gets only what was recorded
-(`preset_coverage` says how much of the preset's tree that is).
+(`preset_coverage` says how much of the preset's tree that is). Each drafts its own steps (its
+depth; the chain's length), at most the setting's N (base.DRAFTING_RULE), whatever the recorded depth.
 """
 
 from __future__ import annotations
@@ -66,9 +67,9 @@ def preset_coverage(trees: Trees, selected: np.ndarray, wanted: int) -> float:
 
 
 EAGLE2 = Policy("eagle2-default", "EAGLE-2's default static tree (60 tokens, depth 7, top-k 10) from the recorded tree.",
-                select=lambda ctx, knobs: eagle_tree(ctx.trees, *EAGLE2_DEFAULT))
+                select=lambda ctx, knobs: eagle_tree(ctx.trees, *EAGLE2_DEFAULT), steps=lambda knobs: EAGLE2_DEFAULT[1])
 SGLANG = Policy("sglang-default", "SGLang's default EAGLE tree (8 draft tokens, top-k 4, 5 steps) from the recorded tree.",
-                select=lambda ctx, knobs: eagle_tree(ctx.trees, *SGLANG_DEFAULT))
+                select=lambda ctx, knobs: eagle_tree(ctx.trees, *SGLANG_DEFAULT), steps=lambda knobs: SGLANG_DEFAULT[1])
 
 
 def _chain(ctx: Context, knobs: Knobs) -> np.ndarray:
@@ -76,4 +77,4 @@ def _chain(ctx: Context, knobs: Knobs) -> np.ndarray:
 
 
 VLLM_CHAIN = Policy("vllm-chain", "vLLM's chain of num_speculative_tokens (the budget) draft tokens: the greedy path.",
-                    knobs=(BUDGET,), select=_chain)
+                    knobs=(BUDGET,), select=_chain, steps=lambda knobs: knobs["budget"])
