@@ -44,7 +44,7 @@ from ecosim.routing import stats as routing_statistics
 from ecosim.routing.data import Routing, trace_continuation
 from ecosim.routing.scale import RoutingShape
 from ecosim.routing.scale import scale_distinct as _scale_distinct
-from ecosim.simulate import compare
+from ecosim.simulate import at_steps, compare
 from ecosim.sweep import grid as g
 from ecosim.sweep.results import DERIVED_SCHEMA, DTYPES, RAW_SCHEMA
 from ecosim.sweep.runner import run_sweep
@@ -78,7 +78,7 @@ def _schema() -> dict[str, pl.DataType]:
 
 def replay(traces: Paths, policy: str | PolicySpec | Sequence[str | PolicySpec] | None = None, hardware: str = "h200",
            placement: str = "hbm", *, bw: float | str | None = None, cost: CostConfig | None = None,
-           total: bool | None = None, **knobs: Any) -> pl.DataFrame:
+           total: bool | None = None, draft_steps: int | None = None, **knobs: Any) -> pl.DataFrame:
     """Replay policies over traces (paths, folders searched for traces, or `Trace` objects).
 
     `policy`: a name, a PolicySpec, a list of them, or None for every registered policy; `knobs`
@@ -86,7 +86,10 @@ def replay(traces: Paths, policy: str | PolicySpec | Sequence[str | PolicySpec] 
     `hardware`: a catalogue name or a profile file; `bw` overrides its HBM bandwidth (bytes/s, or
     the CLI's text: "1TB/s"). `total`: the pooled row per policy over all traces (trace "total":
     totals of tokens, steps, loads and time, not a mean of ratios); None: only with several traces,
-    True: always, False: never. Columns: policy, each knob, label, then `metrics.Row.to_dict()`'s fields.
+    True: always, False: never. `draft_steps`: the setting's draft steps N (`--draft-steps`): each
+    trace's trees cut to depth N before the policies select (`ecosim.trace.truncate`), each step
+    priced for the steps it drafts (policies/base.py DRAFTING_RULE); None: the recorded depth.
+    Columns: policy, each knob, label, then `metrics.Row.to_dict()`'s fields.
     """
     found = _traces(traces)
     if not found:
@@ -95,7 +98,8 @@ def replay(traces: Paths, policy: str | PolicySpec | Sequence[str | PolicySpec] 
     if isinstance(bw, str):
         bw = parse_quantity(bw, "bandwidth")
     device = get_device(hardware).replace(hbm_bw=bw)
-    results = compare([TraceReplay(t) for t in found], specs, device, parse_placement(placement), cost or CostConfig())
+    replays = [TraceReplay(at_steps(t, draft_steps)) for t in found]
+    results = compare(replays, specs, device, parse_placement(placement), cost or CostConfig())
     rows = [_record(r.spec, row) for r in results for row in r.rows]
     if total or (total is None and len(found) > 1):
         rows += [_record(r.spec, r.total) | {"trace": "total"} for r in results]
