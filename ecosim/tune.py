@@ -1,27 +1,33 @@
 """`ecosim tune`: the best speculative-decoding setting for a model on a machine, and the engine
 flags that realise the nearest static one.
 
-Candidates, each priced by the fast engine over all the traces (total time / total tokens):
+Candidates, each priced by the fast engine over all the traces (total time / total tokens), at every
+draft step count S in 1..the recorded depth (a setting of S steps sees the recorded trees cut to
+depth S and pays S draft steps: trace/cut.py, policies/base.py DRAFTING_RULE):
 - `ar`: speculation off (always a candidate: a setting slower than plain decoding is never
   recommended);
-- static EAGLE trees as SGLang builds them (baselines.eagle_tree): every `--speculative-num-steps`
-  S in 1..the recorded depth, `--speculative-eagle-topk` K in 1, 2, 4, ... up to the recorded
-  top-k, and `--speculative-num-draft-tokens` N in 2, 3, 4, 6, 8, 12, 16, ... up to the recorded
-  tree's size + 1; K = 1 is vLLM's chain of `num_speculative_tokens` = S;
-- `ecospec-auto` (adaptive: per step, no knob), with the given predictor.
-The recorded trees bound what can be evaluated: a static tree larger than the recorded one is
-not a candidate (record deeper or wider trees to tune beyond them).
+- static EAGLE trees as SGLang builds them (baselines.eagle_tree): `--speculative-num-steps` S,
+  `--speculative-eagle-topk` K in 1, 2, 4, ... up to the recorded top-k, and
+  `--speculative-num-draft-tokens` N in 2, 3, 4, 6, 8, 12, 16, ... up to the cut tree's size + 1;
+  K = 1 is vLLM's chain of `num_speculative_tokens` = S;
+- `ecospec-auto` (adaptive: per step, no knob) at each S, with the given predictor.
+The recorded trees bound what can be evaluated: a static tree larger or deeper than the recorded
+one is not a candidate (record deeper or wider trees to tune beyond them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from ecosim.cost import CostModel
 from ecosim.metrics import Row, total
 from ecosim.policies import PolicySpec, registry
 from ecosim.policies.presets import eagle_tree
 from ecosim.replay import TraceReplay
+from ecosim.simulate import at_steps
+from ecosim.trace.cut import recorded_depth
+from ecosim.trace.io import Trace
 
 SIZES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
@@ -47,6 +53,8 @@ class Candidate:
     name: str
     row: Row
     static: Static | None = None
+    steps: int = 0  # the setting's draft steps (0: speculation off)
+    draft_s: dict[str, float] = field(default_factory=dict)  # per trace, seconds of a step drafting `steps`
 
     @property
     def time_per_token(self) -> float:
@@ -54,7 +62,7 @@ class Candidate:
 
 
 def statics(replays: list[TraceReplay]) -> list[Static]:
-    """The static trees the recorded trees can supply."""
+    """The static trees the (cut) recorded trees can supply."""
     depth = min(int(r.trees.depth.max(initial=0)) for r in replays)
     size = min(int(r.trees.n_nodes.max(initial=1)) for r in replays)
     topk = min(int(r.trace.manifest["tree"].get("topk", 1)) for r in replays)
@@ -69,45 +77,74 @@ def statics(replays: list[TraceReplay]) -> list[Static]:
     return out
 
 
-def tune(replays: list[TraceReplay], costs: list[CostModel], predictor: str) -> dict[str, Candidate]:
-    """Every candidate's total over the traces; keys: `ar`, `auto`, and one per static tree."""
-    out: dict[str, Candidate] = {
-        "ar": Candidate("ar", total([r.run(PolicySpec("ar"), c) for r, c in zip(replays, costs)])),
-        "auto": Candidate(f"ecospec-auto ({predictor})",
-                          total([r.run(PolicySpec("ecospec-auto", predictor=predictor), c) for r, c in zip(replays, costs)])),
-    }
-    for st in statics(replays):
-        rows = [r.run_selection(eagle_tree(r.trees, st.draft_tokens, st.steps, st.topk), c) for r, c in zip(replays, costs)]
-        out[f"static S={st.steps} K={st.topk} N={st.draft_tokens}"] = Candidate("static", total(rows), st)
+def step_counts(traces: list[Trace]) -> list[int]:
+    """The draft step counts every trace can supply: 1..the shallowest recorded depth."""
+    return list(range(1, min(recorded_depth(t) for t in traces) + 1))
+
+
+def tune(traces: list[Trace], price: Callable[[Trace], CostModel], predictor: str,
+         steps: Sequence[int] | None = None) -> dict[str, Candidate]:
+    """Every candidate's total over the traces; keys: `ar`, `auto S=s` and one per static tree.
+    `price` gives a trace's cost model (of the cut trace: its depth is the setting's steps)."""
+    ar = [TraceReplay(t) for t in traces]
+    out: dict[str, Candidate] = {"ar": Candidate("ar", total([r.run(PolicySpec("ar"), price(r.trace)) for r in ar]))}
+    for s in steps or step_counts(traces):
+        replays = [TraceReplay(at_steps(t, s)) for t in traces]
+        costs = [price(r.trace) for r in replays]
+        draft = {r.trace.name: c.draft_time(True) for r, c in zip(replays, costs)}
+        auto = PolicySpec("ecospec-auto", predictor=predictor)
+        out[f"auto S={s}"] = Candidate(f"ecospec-auto ({predictor}) S={s}",
+                                       total([r.run(auto, c) for r, c in zip(replays, costs)]), steps=s, draft_s=draft)
+        for st in statics(replays):
+            if st.steps != s:
+                continue
+            rows = [r.run_selection(eagle_tree(r.trees, st.draft_tokens, st.steps, st.topk), c) for r, c in zip(replays, costs)]
+            out[f"static S={st.steps} K={st.topk} N={st.draft_tokens}"] = Candidate("static", total(rows), st, s, draft)
     return out
 
 
+def _best(cands: list[Candidate]) -> Candidate | None:
+    return min(cands, key=lambda c: c.time_per_token) if cands else None
+
+
 def recommend(cands: dict[str, Candidate]) -> dict[str, object]:
-    """The best candidate overall, the best static tree and chain, and the adaptive gain beyond it."""
-    best = min(cands.values(), key=lambda c: c.time_per_token)
+    """The best candidate overall, the best static tree, chain and adaptive setting, and the adaptive
+    gain beyond the best static tree; `steps` and `draft_time_s` are the recommended setting's (the
+    best static tree's when speculation is off: the setting the flags below name)."""
+    best = _best(list(cands.values()))
+    assert best is not None
     static = [c for c in cands.values() if c.static is not None]
-    best_static = min(static, key=lambda c: c.time_per_token) if static else None
-    chains = [c for c in static if c.static and c.static.topk == 1]
-    best_chain = min(chains, key=lambda c: c.time_per_token) if chains else None
-    ar, auto = cands["ar"].time_per_token, cands["auto"].time_per_token
+    best_static = _best(static)
+    best_chain = _best([c for c in static if c.static and c.static.topk == 1])
+    best_auto = _best([c for c in cands.values() if c.name.startswith("ecospec-auto")])
+    ar = cands["ar"].time_per_token
+    shown = best if best.steps else (best_static or best_auto or best)
     doc: dict[str, object] = {
         "best": best.name if best.static is None else "static",
         "best_ms_per_token": best.time_per_token * 1e3,
         "speedup_vs_ar": ar / best.time_per_token,
         "ar_ms_per_token": ar * 1e3,
-        "auto_ms_per_token": auto * 1e3,
         "speculation_pays": best.name != registry.baseline().name,
+        "steps": best.steps,
+        "draft_setting": shown.name if shown.static is None else f"static S={shown.static.steps} K={shown.static.topk} "
+                                                                   f"N={shown.static.draft_tokens}",
+        "draft_time_s": shown.draft_s,
     }
+    if best_auto is not None:
+        doc["auto_ms_per_token"] = best_auto.time_per_token * 1e3
+        doc["auto"] = {"steps": best_auto.steps, "ms_per_token": best_auto.time_per_token * 1e3,
+                       "speedup_vs_ar": ar / best_auto.time_per_token, "pays": best_auto.time_per_token < ar}
     if best_static is not None and best_static.static is not None:
         s = best_static.static
         doc["static"] = {"steps": s.steps, "topk": s.topk, "draft_tokens": s.draft_tokens,
                          "ms_per_token": best_static.time_per_token * 1e3, "speedup_vs_ar": ar / best_static.time_per_token,
                          "sglang_flags": s.sglang(), "pays": best_static.time_per_token < ar}
-        doc["auto_gain_over_static"] = best_static.time_per_token / auto
+        if best_auto is not None:
+            doc["auto_gain_over_static"] = best_static.time_per_token / best_auto.time_per_token
     if best_chain is not None and best_chain.static is not None:
         doc["vllm"] = {"num_speculative_tokens": best_chain.static.steps, "ms_per_token": best_chain.time_per_token * 1e3,
                        "speedup_vs_ar": ar / best_chain.time_per_token, "pays": best_chain.time_per_token < ar}
     return doc
 
 
-__all__ = ["Candidate", "Static", "recommend", "statics", "tune"]
+__all__ = ["Candidate", "Static", "recommend", "statics", "step_counts", "tune"]

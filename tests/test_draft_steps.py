@@ -168,3 +168,36 @@ def test_the_default_is_the_recorded_depth(tmp_path):
     assert a.equals(b)
     with pytest.raises(EcoSimError, match="depth 3"):
         ecosim.replay(trace, "confidence", draft_steps=4)
+
+
+def _cli_json(capsys, *args: str) -> dict:
+    import json
+
+    from ecosim.cli import main
+
+    assert main(list(args)) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_deep_recording_no_longer_leans_against_speculation(tmp_path, capsys):
+    """Two synthetic GPT-OSS-120B traces that differ only in the depth they were recorded at: the
+    depth-8 one holds the depth-3 one's settings, so tuning on it finds as much (within what the
+    generator's node budget spread deeper takes away), and cut to 3 steps it drafts what depth 3 drafts."""
+    from ecosim.cli import main
+
+    paths = {}
+    for depth in (3, 8):
+        paths[depth] = str(tmp_path / f"a{depth}")
+        assert main(["synth", paths[depth], "--model", "gpt-oss-120b", "--depth", str(depth), "--accept", "0.7",
+                     "--max-nodes", "60", "--requests", "3", "--positions", "120"]) == 0
+    capsys.readouterr()
+    a3, a8 = (_cli_json(capsys, "tune", paths[d], "--placement", "tp:8", "--json") for d in (3, 8))
+    assert a8["speedup_vs_ar"] >= 0.9 * a3["speedup_vs_ar"] and a8["speculation_pays"]
+    assert a8["vllm"]["speedup_vs_ar"] >= 0.95 * a3["vllm"]["speedup_vs_ar"]
+    assert a8["used"]["draft_steps"] == a8["steps"] >= 1  # the recommended setting's steps and draft time
+    r3 = _cli_json(capsys, "replay", paths[3], "--placement", "tp:8", "--policy", "confidence", "--json")
+    r8 = _cli_json(capsys, "replay", paths[8], "--placement", "tp:8", "--policy", "confidence", "--json", "--draft-steps", "3")
+    assert r8["used"]["draft_time_s"]["a8"] == r3["used"]["draft_time_s"]["a3"] > 0
+    assert r8["draft_steps"] == {"a8": 3}
+    whole = _cli_json(capsys, "replay", paths[8], "--placement", "tp:8", "--policy", "confidence", "--json")
+    assert whole["used"]["draft_time_s"]["a8"] > r8["used"]["draft_time_s"]["a8"]  # 8 steps cost more than 3

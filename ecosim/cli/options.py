@@ -92,14 +92,15 @@ def terms_text(used: dict[str, object]) -> str:
             + (" (overlapped)" if used["spec_overlap"] else ""))
 
 
-def used_text(used: dict[str, object], draft: dict[str, float]) -> str:
+def used_text(used: dict[str, object], draft: dict[str, float], setting: str | None = None) -> str:
     """The footer line naming the serving profile and every value a replay priced with (CLI values,
-    profile fields and defaults resolved: cost.Terms), with each trace's draft time per step."""
+    profile fields and defaults resolved: cost.Terms), with each trace's draft time per step (of
+    `setting`, where one setting is named: tune's recommended one)."""
     if len(set(draft.values())) == 1:  # the same draft and tree depth in every trace
         drafts = f"draft {next(iter(draft.values())) * 1e3:.4g} ms/step"
     else:
         drafts = "draft " + ", ".join(f"{v * 1e3:.4g} ms/step ({k})" for k, v in draft.items())
-    return f"used: {terms_text(used)}; {drafts}"
+    return f"used: {terms_text(used)}; {drafts}" + (f" ({setting})" if setting else "")
 
 
 def used_terms(settings: Settings, pricings: list[Pricing]) -> dict[str, dict[str, Any]]:

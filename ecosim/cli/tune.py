@@ -16,7 +16,6 @@ from ecosim.cli.options import (
 from ecosim.placements import parse_placement
 from ecosim.policies.knobs import PREDICTOR
 from ecosim.predictors import check_name
-from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
 from ecosim.trace.io import find_traces, read_trace
 from ecosim.trace.schema import provenance_notes
@@ -45,43 +44,47 @@ def tune(
     device = HardwareArgs(hardware, bw, peak, link_bw, pcie_bw).device()
     place = parse_placement(placement)
     config = cost_config(cost)
-    replays = [TraceReplay(read_trace(p)) for p in find_traces([str(p) for p in traces])]
-    costs = [cost_model(r.trace, device, place, config) for r in replays]
-    cands = tune_all(replays, costs, predictor)
+    found = [read_trace(p) for p in find_traces([str(p) for p in traces])]
+    for t in found:
+        cost_model(t, device, place, config)  # a placement that does not fit fails here, before any work
+    cands = tune_all(found, lambda t: cost_model(t, device, place, config), predictor)
     doc = recommend(cands)
-    used = {k: v for k, v in costs[0].applied().items() if k != "draft_time_s"}
-    draft = {r.trace.name: float(c.applied()["draft_time_s"]) for r, c in zip(replays, costs)}  # type: ignore[arg-type]
+    used = {k: v for k, v in cost_model(found[0], device, place, config).applied().items() if k != "draft_time_s"}
+    draft: dict[str, float] = doc["draft_time_s"]  # type: ignore[assignment]  # the recommended setting's
     doc = {"hardware": device.name, "placement": str(place), "predictor": predictor,
-           "traces": [r.trace.name for r in replays], "used": {**used, "draft_time_s": draft}, **doc}
+           "traces": [t.name for t in found], "used": {**used, "draft_time_s": draft, "draft_steps": doc["steps"]}, **doc}
     if as_json:
         print(json.dumps(doc, indent=1))
         return
     console = wide_console()
     ar = cands["ar"].time_per_token
-    t = Table(title=f"{device.name} {place}: candidates by time per token (over {len(replays)} traces)", title_justify="left")
+    t = Table(title=f"{device.name} {place}: candidates by time per token (over {len(found)} traces)", title_justify="left")
     for col in ("candidate", "ms/token", "tokens/step", "speedup vs ar"):
         t.add_column(col, justify="left" if col == "candidate" else "right")
     for name, c in sorted(cands.items(), key=lambda kv: kv[1].time_per_token)[:top]:
         t.add_row(name if c.static else c.name, f"{c.time_per_token * 1e3:.4g}", f"{c.row.tokens_per_step:.3f}",
                   f"{ar / c.time_per_token:.3f}x")
     console.print(t)
-    console.print(used_text(used, draft), markup=False, highlight=False)
+    console.print(used_text(used, draft, str(doc["draft_setting"])), markup=False, highlight=False)
     if not doc["speculation_pays"]:
         console.print("[bold]recommendation: speculation off[/bold] (every speculative setting here is slower than plain "
                       "decoding): serve without --speculative-algorithm / speculative_config")
     elif doc["best"] == "static":
-        console.print(f"[bold]recommendation: a static tree[/bold], {doc['speedup_vs_ar']:.3f}x plain decoding")
+        console.print(f"[bold]recommendation: a static tree[/bold] of {doc['steps']} draft steps, {doc['speedup_vs_ar']:.3f}x plain decoding")
     else:
-        console.print(f"[bold]recommendation: {doc['best']}[/bold], {doc['speedup_vs_ar']:.3f}x plain decoding")
+        console.print(f"[bold]recommendation: {doc['best']}[/bold] (ecosim --draft-steps {doc['steps']}), "
+                      f"{doc['speedup_vs_ar']:.3f}x plain decoding")
     if "static" in doc:
         s = doc["static"]
         verdict = "" if s["pays"] else "  (slower than plain decoding: do not use)"
         console.print(f"nearest static setting, SGLang: {s['sglang_flags']}  ({s['speedup_vs_ar']:.3f}x plain){verdict}")
-        console.print(f"adaptive ecospec-auto beyond it: {doc['auto_gain_over_static']:.3f}x "
-                      "(its root-only steps assume the engine can skip drafting; no engine flag realises it today)")
+        if "auto_gain_over_static" in doc:
+            console.print(f"adaptive ecospec-auto beyond it: {doc['auto_gain_over_static']:.3f}x at {doc['auto']['steps']} draft "
+                          f"steps (ecosim --draft-steps {doc['auto']['steps']}; its root-only steps assume the engine can skip "
+                          "drafting; no engine flag realises it today)")
     if "vllm" in doc:
         v = doc["vllm"]
         verdict = "" if v["pays"] else "  (slower than plain decoding: do not use)"
         console.print(f"vLLM chain: num_speculative_tokens={v['num_speculative_tokens']}  ({v['speedup_vs_ar']:.3f}x plain){verdict}")
-    for note in provenance_notes(r.trace.provenance for r in replays):
+    for note in provenance_notes(t.provenance for t in found):
         console.print(f"[yellow]{note}[/yellow]")
