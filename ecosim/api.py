@@ -193,16 +193,26 @@ def _axis(name: str, values: Any) -> list[Any]:
     return g.parse_axis(name, ",".join(repr(v) if isinstance(v, float) else str(v) for v in items))
 
 
+def _steps_text(steps: int | str | Sequence[int | None] | None) -> str | None:
+    """The draft-steps axis as the CLI's text (None in a list: the recorded depth)."""
+    if steps is None or isinstance(steps, str):
+        return steps
+    items = [steps] if isinstance(steps, int) else list(steps)
+    return ",".join(g.RECORDED if s is None else str(s) for s in items)
+
+
 def sweep(traces: str | Path | Iterable[str | Path], policy: str | Sequence[str] | None = None,
           hardware: str | Sequence[str] = "h200", placement: str | Sequence[str] = "hbm", *,
           bw: float | Sequence[float] | None = None, cost: CostConfig | None = None, out: str | Path | None = None,
-          jobs: int = 1, **knobs: Any) -> pl.DataFrame:
+          jobs: int = 1, draft_steps: int | str | Sequence[int | None] | None = None, **knobs: Any) -> pl.DataFrame:
     """Every configuration of the grid on every trace: results.parquet's rows (sweep/results.py).
 
     `policy`: names (default: every policy that selects; the baseline and the bound always run).
     Each knob is a value, a list or the CLI's text (`lam="0:2:0.05"`); knobs not given take their
     defaults. `out` keeps the sweep directory (a rerun resumes it); without it a temporary one is
-    used and removed. `jobs` worker processes (1: in this process).
+    used and removed. `jobs` worker processes (1: in this process). `draft_steps`: the settings'
+    draft steps (a value, a list, the CLI's text `1:4,recorded`; None: each trace's recorded depth),
+    an axis like the knobs: each trace is replayed cut to each depth (column `draft_steps`).
     """
     paths = [str(traces)] if isinstance(traces, (str, Path)) else [str(t) for t in traces]
     names = registry.runnable() if policy is None else [policy] if isinstance(policy, str) else policy
@@ -218,6 +228,7 @@ def sweep(traces: str | Path | Iterable[str | Path], policy: str | Sequence[str]
         bandwidths=[None] if bw is None else [float(b) for b in (bw if isinstance(bw, Sequence) else [bw])],
         placements=g.parse_placements(placement if isinstance(placement, str) else ",".join(placement)),
         settings=g.Settings(cost or CostConfig()),
+        draft_steps=g.parse_steps(_steps_text(draft_steps)),
     )
     if out is not None:
         return run_sweep(grid, paths, Path(out), jobs=jobs).results

@@ -201,3 +201,19 @@ def test_a_deep_recording_no_longer_leans_against_speculation(tmp_path, capsys):
     assert r8["draft_steps"] == {"a8": 3}
     whole = _cli_json(capsys, "replay", paths[8], "--placement", "tp:8", "--policy", "confidence", "--json")
     assert whole["used"]["draft_time_s"]["a8"] > r8["used"]["draft_time_s"]["a8"]  # 8 steps cost more than 3
+
+
+def test_a_sweep_has_a_draft_steps_axis(tmp_path):
+    path = write_trace(tmp_path / "t", *tiny_trace(7, depth=4, requests=2, positions=30))
+    df = ecosim.sweep(path, ["confidence", "vllm-chain"], placement="ep:2", out=tmp_path / "s", budget=[3, 16],
+                      draft_steps="2,recorded")
+    assert sorted(set(df["draft_steps"].to_list()), key=str) == [2, None]
+    for steps in (2, None):
+        want = ecosim.replay(path, ["ar", "confidence", "vllm-chain", "oracle"], placement="ep:2", budget=16,
+                             draft_steps=steps)
+        got = df.filter((pl.col("budget").is_null() | (pl.col("budget") == 16))
+                        & (pl.col("draft_steps").is_null() if steps is None else pl.col("draft_steps") == steps))
+        assert got.sort("policy")["time_s"].to_list() == want.sort("policy")["time_s"].to_list()
+        assert got.sort("policy")["oracle_fraction"].to_list() == want.sort("policy")["oracle_fraction"].to_list()
+    with pytest.raises(EcoSimError, match="depth 4"):
+        ecosim.sweep(path, "confidence", out=tmp_path / "s2", draft_steps=5)

@@ -17,6 +17,7 @@ from ecosim.cli.adapter import knob_options, with_options
 from ecosim.outputs import SWEEP, check_output
 from ecosim.cli.options import LinkBw, PcieBw, Peak, cost_config, cost_options, used_lines, used_terms
 from ecosim.policies import PolicySpec, registry
+from ecosim.policies.base import DRAFTING_RULE
 from ecosim.trace.schema import provenance_notes
 
 Policies = Annotated[str, typer.Option("--policy", help=f"Comma list of {', '.join(registry.names())}; "
@@ -27,6 +28,10 @@ PlacementList = Annotated[str, typer.Option("--placement", help="Comma list of p
 Objective = Annotated[str, typer.Option(help="What the winner optimises over the total of the traces: time_per_token (smallest) or speedup_vs_ar (largest).")]
 MinTps = Annotated[float | None, typer.Option("--min-tokens-per-step", help="Winner constraint: total tokens / total steps at least this.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
+StepsList = Annotated[str | None, typer.Option("--draft-steps", help="Comma list of the settings' draft steps N and/or "
+                                              "inclusive ranges start:stop:step, and `recorded` (each trace's own depth, "
+                                              "the default): each trace is replayed cut to depth N (at most its recorded "
+                                              "depth). " + DRAFTING_RULE)]
 
 
 def _progress() -> Progress:
@@ -40,8 +45,10 @@ def _ms(x: float | None) -> str:
 
 
 def _knobs(r: dict[str, Any]) -> str:
-    """A results row's configuration, every knob shown: `ecospec b=16 λ=0.5 oracle difference`."""
-    return PolicySpec.from_columns(r, "results", required=False).label(full=True)
+    """A results row's configuration, every knob shown: `ecospec b=16 λ=0.5 oracle difference`, and
+    its draft steps where the sweep set them (`S=3`)."""
+    steps = f" S={r['draft_steps']}" if r.get("draft_steps") is not None else ""
+    return PolicySpec.from_columns(r, "results", required=False).label(full=True) + steps
 
 
 def _pricing(r: dict[str, Any]) -> str:
@@ -77,6 +84,7 @@ def sweep(
     hardware: HardwareList = "h200",
     bw: BwList = None,
     placement: PlacementList = "hbm",
+    draft_steps: StepsList = None,
     peak: Peak = None,
     link_bw: LinkBw = None,
     pcie_bw: PcieBw = None,
@@ -117,6 +125,7 @@ def sweep(
         placements=g.parse_placements(placement),
         settings=g.Settings(cost_config(cost),
                             peak, link_bw, pcie_bw),
+        draft_steps=g.parse_steps(draft_steps),
     )
     for p in grid.pricings():
         grid.settings.device(p)  # unknown hardware or a bad override: one line, before any work

@@ -6,6 +6,8 @@ Axes (each a comma list; numeric axes also take inclusive ranges `start:stop:ste
                (oracle) are always added: the ratios need them
     one axis per knob of the policies asked for, e.g. budget 8:64:8, lambda 0:2:0.05,
                predictor token,oracle, score difference,ratio
+    draft-steps  1:8 or recorded (default): the setting's draft steps; each trace is replayed cut to
+               each depth (trace/cut.py; at most its recorded depth)
     hardware   h200,b200 (catalogue names or profile .json files)
     bw         2TB/s,3.3TB/s,4.8TB/s (default: the device's own)
     placement  hbm,ep:8,offload:64
@@ -25,7 +27,7 @@ import hashlib
 import itertools
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ecosim.catalog.devices import Device, get_device
@@ -118,6 +120,25 @@ def parse_policies(text: str) -> list[str]:
     return sorted(names, key=registry.order_of)
 
 
+RECORDED = "recorded"  # the draft-steps axis value for a trace's own recorded depth
+
+
+def parse_steps(text: str | None) -> list[int | None]:
+    """The draft-steps axis: integers >= 1 and ranges, and/or `recorded` (None: the trace's own depth)."""
+    if text is None:
+        return [None]
+    out: list[int | None] = []
+    for item in _items(text, "draft-steps"):
+        if item.lower() == RECORDED:
+            out.append(None)
+            continue
+        for x in parse_range(item, "draft-steps", integer=True):
+            if x < 1:
+                raise EcoSimError(f"--draft-steps {text!r}: steps must be >= 1, got {int(x)} (speculation off is the policy ar)")
+            out.append(int(x))
+    return _dedupe(out)
+
+
 def parse_bandwidths(text: str | None) -> list[float | None]:
     """Bytes/s per item; `None` (the device's own bandwidth) when the option is not given."""
     if text is None:
@@ -180,6 +201,7 @@ class TraceRef:
 
     path: str
     fingerprint: str
+    steps: int | None = None  # the setting's draft steps: the trace replayed cut to this depth (None: as recorded)
 
 
 @dataclass(frozen=True)
@@ -218,7 +240,8 @@ def canonical_json(trace: TraceRef, sel: Selection, device: Device, placement: s
     doc = {
         "format": 1,
         "terms": asdict(Terms.resolve(settings.cost, device)),
-        "trace": {"path": trace.path, "fingerprint": trace.fingerprint},
+        "trace": {"path": trace.path, "fingerprint": trace.fingerprint,  # a cut's depth only when given: ids stay
+                  **({"draft_steps": trace.steps} if trace.steps is not None else {})},
         **selection_doc(sel, fingerprints or {}),
         "device": device.to_dict(), "placement": placement, "cost": asdict(settings.cost), "engine": "fast",
     }
@@ -239,6 +262,7 @@ class Grid:
     bandwidths: list[float | None]
     placements: list[str]
     settings: Settings = field(default_factory=Settings)
+    draft_steps: list[int | None] = field(default_factory=lambda: [None])  # the draft-steps axis (None: recorded)
 
     def selections(self) -> list[Selection]:
         """Selections in a fixed order (the registry's, then each knob's values, knob by knob);
@@ -264,7 +288,7 @@ class Grid:
         fingerprints = {(k.name, v): k.fingerprint(v) for k in registry.knobs() if k.fingerprint
                         for v in self.knobs.get(k.name, [])}
         out = []
-        for t in traces:
+        for t in (replace(t, steps=n) for t in traces for n in self.draft_steps):
             for p in pricings:
                 for s in self.selections():
                     text = canonical_json(t, s, devices[p], p.placement, self.settings, fingerprints)
@@ -275,7 +299,7 @@ class Grid:
         return {
             "policies": self.policies, **{k.axis: self.knobs.get(k.name, []) for k in registry.knobs()},
             "hardware": self.hardware, "bandwidths": self.bandwidths, "placements": self.placements,
-            "cost": asdict(self.settings.cost), "peak": self.settings.peak, "link_bw": self.settings.link_bw,
+            "draft_steps": self.draft_steps, "cost": asdict(self.settings.cost), "peak": self.settings.peak, "link_bw": self.settings.link_bw,
             "pcie_bw": self.settings.pcie_bw,
         }
 

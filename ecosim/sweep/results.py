@@ -13,11 +13,12 @@ in parts/ (a later sweep may want them) but not in results.parquet.
 
 Columns of results.parquet: the configuration (config_id, trace_path, trace_fingerprint, policy,
 one column per registered knob: budget, lambda, predictor, score, ...; then hardware, hbm_bw,
-placement; knobs a policy lacks are null), then
+placement, draft_steps (the depth the trace was cut to; null: its recorded depth); knobs a policy
+lacks are null), then
 the fields of `ecosim replay --json` rows (metrics.Row.to_dict(): trace, provenance, requests, tokens,
 steps, verified, expert_loads, expert_bytes, pcie_bytes, time_s, synthetic, speedup_vs_ar, oracle_fraction,
 tokens_per_step, experts_per_step, expert_bytes_per_token, pcie_bytes_per_token, time_per_token_s, tokens_per_s).
-Ratios compare each row with the `ar` and `oracle` rows of the same trace and pricing.
+Ratios compare each row with the `ar` and `oracle` rows of the same trace, draft steps and pricing.
 `provenance` is the trace's (real, hybrid, synthetic); `synthetic` (provenance is not real) is kept
 for readers of older files. A part written before `provenance` existed holds only `synthetic`:
 its provenance is derived from it as the trace reader does for version 1 traces (row_of).
@@ -53,7 +54,7 @@ def config_schema() -> dict[str, pl.DataType]:
     return {
         "config_id": pl.String(), "trace_path": pl.String(), "trace_fingerprint": pl.String(), "policy": pl.String(),
         **{k.key: DTYPES[k.type] for k in registry.knobs()},
-        "hardware": pl.String(), "hbm_bw": pl.Float64(), "placement": pl.String(),
+        "hardware": pl.String(), "hbm_bw": pl.Float64(), "placement": pl.String(), "draft_steps": pl.Int64(),
     }
 
 
@@ -109,6 +110,7 @@ def config_record(c: Config, hbm_bw: float) -> dict[str, Any]:
     return {
         "config_id": c.id, "trace_path": c.trace.path, "trace_fingerprint": c.trace.fingerprint,
         **c.selection.columns(), "hardware": c.pricing.hardware, "hbm_bw": hbm_bw, "placement": c.pricing.placement,
+        "draft_steps": c.trace.steps,
     }
 
 

@@ -79,6 +79,12 @@ def run_sweep(
     """
     d = SweepDir(out)
     refs = trace_refs(traces)
+    for ref, manifest in refs:  # a setting cannot draft deeper than a trace recorded
+        depth = int(manifest["tree"].get("depth", 0))
+        deeper = [n for n in grid.draft_steps if n is not None and n > depth]
+        if deeper:
+            raise EcoSimError(f"--draft-steps {deeper[0]}: trace {Path(ref.path).name} records trees of depth {depth}; "
+                              "a setting cannot draft deeper than was recorded (record deeper trees)")
     pricings = grid.pricings()
     reasons = unfit(grid, refs)
     configs = [c for c in grid.configs([r for r, _ in refs]) if (c.trace, c.pricing) not in reasons]

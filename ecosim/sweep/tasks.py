@@ -25,22 +25,23 @@ from typing import Any
 
 from ecosim.placements import parse_placement
 from ecosim.replay import TraceReplay
-from ecosim.simulate import cost_model
+from ecosim.simulate import at_steps, cost_model
 from ecosim.sweep.grid import Task, TraceRef
 from ecosim.trace.io import read_trace
 
 KEEP_TRACES = 2  # traces a worker keeps in memory between tasks
-_replays: OrderedDict[tuple[str, str], TraceReplay] = OrderedDict()
+_replays: OrderedDict[tuple[str, str, int | None], TraceReplay] = OrderedDict()
 
 
 def _replay(ref: TraceRef) -> TraceReplay:
-    key = (ref.path, ref.fingerprint)
+    """The trace as the task's setting sees it: cut to its draft steps (trace/cut.py)."""
+    key = (ref.path, ref.fingerprint, ref.steps)
     if key in _replays:
         _replays.move_to_end(key)
         return _replays[key]
     while len(_replays) >= KEEP_TRACES:
         _replays.popitem(last=False)
-    r = TraceReplay(read_trace(ref.path))
+    r = TraceReplay(at_steps(read_trace(ref.path), ref.steps))
     _replays[key] = r
     return r
 

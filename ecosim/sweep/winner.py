@@ -39,6 +39,7 @@ winner.json (schema "ecosim-winner", version 1), the file `validate` reads:
           "config": null | {            # null when no candidate meets the constraint
             "policy": str, "budget": int | null, "lambda": float | null,
             "predictor": str | null, "score": str | null,   # every registered knob's column
+            "draft_steps": int | null,  # the setting's draft steps (null: the traces' recorded depth)
 
             "config_ids": [str]         # its results.parquet config_id per trace, in trace order
           },
@@ -73,8 +74,12 @@ OBJECTIVES = ("time_per_token", "speedup_vs_ar")
 PRICING = ["hardware", "hbm_bw", "placement"]
 
 
+STEPS = "draft_steps"  # the setting's draft steps (null: the traces' recorded depth)
+
+
 def knob_columns() -> list[str]:
-    return ["policy", *(k.key for k in registry.knobs())]
+    """A configuration's columns besides its pricing: the policy, every knob, and its draft steps."""
+    return ["policy", *(k.key for k in registry.knobs()), STEPS]
 
 
 FIGURES = ("tokens", "steps", "time_s", "time_per_token_s", "tokens_per_step", "experts_per_step",
@@ -102,7 +107,7 @@ def totals(df: pl.DataFrame, traces: list[str]) -> list[dict[str, Any]]:
     for r in recs:
         if r["trace_path"] not in pos:
             continue
-        pk = tuple(r[k] for k in PRICING)
+        pk = tuple(r[k] for k in PRICING) + (r.get(STEPS),)  # ar and the oracle of the same draft steps
         key = pk + tuple(r.get(k) for k in knobs)
         g = groups.setdefault(key, {**{k: r.get(k) for k in PRICING + knobs}, "rows": [None] * len(traces),
                                     "ids": [None] * len(traces), "recs": [None] * len(traces)})
@@ -114,7 +119,7 @@ def totals(df: pl.DataFrame, traces: list[str]) -> list[dict[str, Any]]:
     for key, g in groups.items():
         if any(x is None for x in g["rows"]):
             continue
-        b = base.get(key[: len(PRICING)])
+        b = base.get(key[: len(PRICING) + 1])
         if b is None or any(x is None for x in b[ar] + b[oracle]):
             continue
         g["total"] = total(g["rows"]).compare(total(b[ar]), total(b[oracle]))
