@@ -62,3 +62,23 @@ def test_no_published_figure_is_said_and_untuned_routing_warned(tmp_path, capsys
     captured = capsys.readouterr()
     assert "no published figure for eagle3 on olmoe-1b-7b" in captured.out
     assert "untuned default knobs" in captured.err and len(captured.err.strip().splitlines()) == 1
+
+
+def test_a_separate_draft_model_is_priced_from_its_own_config(tmp_path, capsys):
+    """Qwen3-0.6B's sizes: 28 layers of GQA 16/8 heads of 128 and a 3,072-wide MLP at hidden 1,024, vocabulary
+    151,936: 28 x (1024*16*128*2 + 1024*8*128*2 + 3*1024*3072) + 151936*1024 = 595,984,384 parameters, BF16."""
+    cfg = {"model_type": "qwen3", "num_hidden_layers": 28, "hidden_size": 1024, "intermediate_size": 3072,
+           "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+           "tie_word_embeddings": True, "dtype": "bfloat16"}
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "t"
+    assert main(["synth", str(out), "--model", "qwen3-30b-a3b", "--draft-model", str(tmp_path / "d"),
+                 "--accept-len", "2.5", "--requests", "1", "--positions", "20"]) == 0
+    d = json.loads((out / "manifest.json").read_text())["draft"]
+    assert (d["kind"], d["params"], d["bytes"], d["layers"]) == ("model", 595_984_384, 2 * 595_984_384, 28)
+    capsys.readouterr()
+    assert main(["synth", str(tmp_path / "u"), "--model", "qwen3-30b-a3b", "--draft", "model"]) == 2
+    assert "--draft-model PATH" in capsys.readouterr().err and not (tmp_path / "u").exists()
+    assert main(["synth", str(tmp_path / "v"), "--model", "qwen3-30b-a3b", "--draft-model",
+                 str(tmp_path / "nothing")]) == 2
