@@ -217,3 +217,13 @@ def test_a_sweep_has_a_draft_steps_axis(tmp_path):
         assert got.sort("policy")["oracle_fraction"].to_list() == want.sort("policy")["oracle_fraction"].to_list()
     with pytest.raises(EcoSimError, match="depth 4"):
         ecosim.sweep(path, "confidence", out=tmp_path / "s2", draft_steps=5)
+
+
+def test_a_sampled_trace_cut_is_a_valid_sampled_trace(tmp_path):
+    from conftest import ROOT
+
+    trace = read_trace(ROOT / "traces-sampled" / "qa")
+    cut = truncate(trace, 2)
+    back = read_trace(write_trace(tmp_path / "qa", cut.manifest, cut.positions, cut.nodes))
+    assert back.manifest["decoding"] == trace.manifest["decoding"] and back.manifest["tree"]["depth"] == 2
+    assert np.array_equal(Trees(back).accept_len, np.minimum(Trees(trace).accept_len, 2))
