@@ -11,6 +11,8 @@ bookkeeping: d + 0.2 s.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 import pytest
@@ -70,7 +72,6 @@ def chain_trace() -> Trace:
                 "model": SHAPE.to_manifest(), "draft": {"name": "hand", "params": 0, "bytes": 0},
                 "tree": {"depth": DEPTH, "topk": 1, "max_nodes": DEPTH}, "decoding": {"mode": "greedy"},
                 "requests": [{"request_id": 0, "task": "qa", "positions": POSITIONS}], "recorded_on": {}}
-    from pathlib import Path
     return Trace(Path("chain"), manifest, positions, nodes)
 
 
@@ -220,9 +221,7 @@ def test_a_sweep_has_a_draft_steps_axis(tmp_path):
 
 
 def test_a_sampled_trace_cut_is_a_valid_sampled_trace(tmp_path):
-    from conftest import ROOT
-
-    trace = read_trace(ROOT / "traces-sampled" / "qa")
+    trace = read_trace(Path(__file__).resolve().parent.parent / "traces-sampled" / "qa")
     cut = truncate(trace, 2)
     back = read_trace(write_trace(tmp_path / "qa", cut.manifest, cut.positions, cut.nodes))
     assert back.manifest["decoding"] == trace.manifest["decoding"] and back.manifest["tree"]["depth"] == 2
