@@ -237,9 +237,9 @@ class CostModel:
         """Seconds of the draft side of one speculative step (0 for plain steps): d = `steps` draft
         forwards (default `tree_depth`, the setting's N) plus the bookkeeping of d levels
         (drafts.py); --draft-time replaces it all, whatever d. A step of 0 steps drafts nothing."""
-        d = self.tree_depth if steps is None else steps
-        if self.experts_only or not speculative or d <= 0:
+        if self.experts_only or not speculative or (steps is not None and steps <= 0):
             return 0.0
+        d = self.tree_depth if steps is None else steps
         if self.terms.draft_time_s is not None:
             return self.terms.draft_time_s
         if self.draft is None:
@@ -249,9 +249,12 @@ class CostModel:
     def draft_times(self, drafted: np.ndarray) -> np.ndarray:
         """Seconds of each step's draft side: `drafted` the steps each asks for (inf: all), capped at
         the setting's N = `tree_depth` (policies/base.py DRAFTING_RULE); 0 where it asks for none."""
-        d = np.minimum(np.asarray(drafted, dtype=np.float64), float(self.tree_depth))
-        levels, inverse = np.unique(d, return_inverse=True)
-        return np.array([self.draft_time(True, float(x)) for x in levels])[inverse.reshape(-1)]
+        asked = np.asarray(drafted, dtype=np.float64).reshape(-1)
+        d = np.minimum(asked, float(self.tree_depth))
+        out = np.zeros(len(asked))
+        for x in np.unique(d[asked > 0]):  # all N: the setting's own draft_time (a profile's fixed time too)
+            out[(asked > 0) & (d == x)] = self.draft_time(True, None if x == self.tree_depth else float(x))
+        return out
 
     def _combine(self, memory: np.ndarray | float, compute: np.ndarray) -> np.ndarray:
         return np.maximum(memory, compute) if self.terms.overlap == "max" else memory + compute
