@@ -47,6 +47,7 @@ import numpy as np
 
 from ecosim.catalog.devices import get_device
 from ecosim.catalog.drafts import draft_cost
+from ecosim.catalog.dtypes import at_dtype
 from ecosim.catalog.models import ModelShape, get_model, in_catalogue
 from ecosim.catalog.serving import ServingProfile
 from ecosim.cost import CostConfig, CostModel
@@ -60,12 +61,6 @@ from ecosim.trace.io import Trace, full_manifest
 
 PUBLISHED = Path(__file__).parent / "catalog" / "data" / "published.json"
 FREE = ("step_fixed_s", "kernel_latency_s", "collective_latency_s", "spec_level_s", "spec_sync_s")
-BITS = {"bf16": 16.0, "fp8": 8.0, "int8": 8.0, "mxfp4": 4.25, "nvfp4": 4.5}  # per weight, block scales included
-# Weight formats whose engines quantise activations in a kernel of their own before each GEMM (ModelShape.act_quant):
-# block FP8 (DeepSeek's and Qwen's FP8 checkpoints, W8A8 in SGLang and vLLM). Not nvfp4 (TensorRT-LLM fuses the
-# BF16->NVFP4 quantisation into its all-reduce + RMSNorm kernel, tech blog 1's Module9), mxfp4 (Hopper: BF16
-# activations), int8 (weight-only where a row does not say otherwise), bf16.
-ACT_QUANT = ("fp8",)
 PLAIN = ("decode_tok_s", "decode_ms_per_token")
 METRICS = (*PLAIN, "spec_speedup", "spec_tok_s", "verify_step_ratio")
 POSITIONS = 64  # per request of a synthetic trace; 2 requests
@@ -132,18 +127,6 @@ def _model(sim: dict[str, Any]) -> str:
 def model_label(sim: dict[str, Any]) -> str:
     """The row's model as tables print it: the shape's name (a config.json's folder name, not its path)."""
     return get_model(_model(sim)).name
-
-
-def at_dtype(shape: ModelShape, dtype: str) -> ModelShape:
-    """The shape with routed experts stored at `dtype`; a BF16 model served in FP8/INT8 halves its
-    dense weights too (the BF16 LM head excepted); block FP8 quantises activations in kernels of their own."""
-    bpp = BITS[dtype] / 8
-    dense = shape.dense_bytes
-    if bpp == 1.0 and shape.bytes_per_param == 2.0:
-        head = shape.vocab_size * shape.hidden_size * 2
-        dense = head + (dense - head) // 2
-    return dataclasses.replace(shape, expert_bytes=round(shape.expert_params * bpp), dense_bytes=int(dense),
-                               bytes_per_param=bpp, act_quant=dtype in ACT_QUANT, name=f"{shape.name} ({dtype})")
 
 
 @dataclass(frozen=True)

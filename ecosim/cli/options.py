@@ -78,13 +78,25 @@ def terms_text(used: dict[str, object]) -> str:
     tau = f"{f['kernel_latency_s'] * 1e6:.4g} us"
     if f.get("graph_node_s"):  # the platform's own graph-replay cost per kernel node (devices.py)
         tau = f"({tau} + {f['graph_node_s'] * 1e6:.4g} us the platform's graph node)"
-    return (f"profile {used['serving']}: step fixed {f['step_fixed_s'] * 1e6:.4g} us + {kernels} "
+    return (host_text(used) + f"profile {used['serving']}: step fixed {f['step_fixed_s'] * 1e6:.4g} us + {kernels} "
             f"x {tau}, collective {f['collective_latency_s'] * 1e6:.4g} us, "
             f"bw eff {f['bw_efficiency']:.3g}, compute eff {f['compute_efficiency']:.3g}, GEMM tile {f['gemm_tile_rows']:g} rows, "
             f"overlap {used['overlap']}, memory fraction {f['memory_fraction']:.3g}, "
             f"speculative step +{int(f['spec_step_kernels'])} kernels + {int(f['spec_level_kernels'])} kernels and "
             f"{f['spec_level_s'] * 1e6:.4g} us per level, host sync {f['spec_sync_s'] * 1e6:.4g} us"
             + (" (overlapped)" if used["spec_overlap"] else ""))
+
+
+def host_text(used: dict[str, object]) -> str:
+    """The host terms a replay with experts in host RAM priced with (cost.py's host_layer_times), and the dtype."""
+    out = f"dtype {used['dtype']}; " if "dtype" in used else ""
+    h = used.get("host")
+    if not isinstance(h, dict):
+        return out
+    return out + (f"host {h['name']} ({h['layers']} MoE layers): {h['bandwidth'] / 1e9:.4g} GB/s x read eff "
+                  f"{h['read_efficiency']:.3g}, matrix-vector {h['gemv_flops'] / 1e12:.3g} TFLOP/s, small GEMM "
+                  f"{h['gemm_flops'] / 1e12:.3g} TFLOP/s" + (f" in tiles of {h['gemm_rows']:g} rows" if h["gemm_rows"] else "")
+                  + f", overlap {h['overlap']}, {h['layer_s'] * 1e6:.4g} us per host layer; ")
 
 
 def used_text(used: dict[str, object], draft: dict[str, float]) -> str:

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ecosim.catalog.devices import Device, get_device
-from ecosim.cost import CostConfig, Terms
+from ecosim.cost import CostConfig, Terms, cost_doc
 from ecosim.errors import EcoSimError
 from ecosim.placements import parse_placement
 from ecosim.policies import Knob, PolicySpec, registry
@@ -220,7 +220,7 @@ def canonical_json(trace: TraceRef, sel: Selection, device: Device, placement: s
         "terms": asdict(Terms.resolve(settings.cost, device)),
         "trace": {"path": trace.path, "fingerprint": trace.fingerprint},
         **selection_doc(sel, fingerprints or {}),
-        "device": device.to_dict(), "placement": placement, "cost": asdict(settings.cost), "engine": "fast",
+        "device": device.to_dict(), "placement": placement, "cost": cost_doc(settings.cost), "engine": "fast",
     }
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
@@ -275,7 +275,7 @@ class Grid:
         return {
             "policies": self.policies, **{k.axis: self.knobs.get(k.name, []) for k in registry.knobs()},
             "hardware": self.hardware, "bandwidths": self.bandwidths, "placements": self.placements,
-            "cost": asdict(self.settings.cost), "peak": self.settings.peak, "link_bw": self.settings.link_bw,
+            "cost": cost_doc(self.settings.cost), "peak": self.settings.peak, "link_bw": self.settings.link_bw,
             "pcie_bw": self.settings.pcie_bw,
         }
 
