@@ -1,0 +1,222 @@
+"""Experts in host memory: hosts as data, GGUF dtypes, the cpu-moe[:N] and cpu placements, their capacity
+refusals, and validate's calibrated CPU as a host; every term by hand-worked numbers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import ROOT, TINY
+from ecosim.catalog.devices import get_device
+from ecosim.catalog.dtypes import BITS, at_dtype, bits
+from ecosim.catalog.hosts import Host, from_calibration, load_host
+from ecosim.catalog.models import get_model
+from ecosim.catalog.serving import ServingProfile
+from ecosim.cost import CostConfig, CostModel
+from ecosim.errors import EcoSimError
+from ecosim.placements import Hbm, parse_placement
+from ecosim.placements.cpu import Cpu
+from ecosim.placements.cpu_moe import CpuMoe
+
+VALIDATE_RUN = ROOT / "tests" / "validate" / "data" / "ecosim-tiny-x256-cpu"
+
+
+def ecosim(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ecosim.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=dict(os.environ), timeout=300)
+
+
+def host(**kw) -> Host:
+    """A host with round numbers: 100 GB/s peak (1 socket x 1 channel x 12500 MT/s x 8 B), 1 TFLOP/s."""
+    base = dict(name="h", sockets=1, channels=1, mt_s=12500, read_efficiency=0.5, cores=8, gemv_flops=1e12,
+                gemm_flops=1e12, ram_bytes=1e12)
+    return Host(**{**base, **kw})
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+
+@pytest.mark.parametrize("name,bw", [("xeon-6454s-1s", 307.2e9), ("xeon-6454s-2s", 614.4e9),
+                                     ("epyc-9654-1s", 460.8e9), ("desktop-ddr5-2ch", 96e9)])
+def test_host_bandwidth_is_sockets_channels_transfers_and_eight_bytes(name, bw):
+    h = load_host(name)
+    assert h.bandwidth == pytest.approx(bw)  # e.g. 8 channels x 4800 MT/s x 8 B = 307.2 GB/s
+    assert h.source and {"channels", "read_efficiency", "gemv_flops", "ram_bytes"} <= dict(h.sources).keys()
+
+
+def test_gguf_bits_per_weight_are_block_bytes():
+    assert bits("q4_k") == 4.5  # 144 bytes per 256
+    assert bits("q8_0") == 8.5  # 34 bytes per 32
+    assert bits("iq4_xs") == 4.25 and bits("q4_0") == 4.5 and bits("q6_k") == 6.5625
+    assert bits("q4_k_m") == pytest.approx(4.82, abs=0.005)  # 404.43 GB x 8 / 671.3e9 weights
+    assert all(src for _, src in BITS.values())
+
+
+def test_a_gguf_type_stores_every_matrix_at_its_bits():
+    ds = get_model("deepseek-v3.1")
+    q = at_dtype(ds, "q4_k")
+    assert q.expert_bytes == round(3 * 7168 * 2048 * 0.5625)  # 24,772,608 B per routed expert
+    assert q.dense_bytes == int(ds.dense_params * 0.5625)  # dense weights and LM head too
+    assert not q.act_quant
+
+
+def test_dtype_applies_to_config_json_shapes(tmp_path):
+    cfg = ROOT / "ecosim" / "catalog" / "data" / "configs" / "glm-4.6" / "config.json"
+    shape = get_model(str(cfg))
+    c = CostModel(shape, get_device("h200"), Hbm(), CostConfig(dtype="q8_0"))
+    assert c.model.expert_bytes == round(shape.expert_params * 8.5 / 8)
+
+
+# ------------------------------------------------------------------------------------- host layers
+
+
+def test_host_layer_time_by_hand():
+    """u = 4 experts of 1e8 B at 100 GB/s x 0.5 = 8 ms; 1 token's 2 k P_e FLOPs (k = 2, P_e = 3 x 64 x 32) at
+    1 TFLOP/s are nothing beside it; the hidden states' round trip 2 x 64 x 2 B over 32 GB/s; 0.5 ms of sync."""
+    model = dataclasses.replace(TINY, expert_bytes=100_000_000)
+    engine = ServingProfile(name="e", host_layer_s=5e-4)
+    c = CostModel(model, get_device("rtx4090"), CpuMoe(), CostConfig(host=host(), serving=engine))
+    t = c.layer_times(np.array([[4, 4, 4]]), np.array([1]))
+    want = 4e8 / 50e9 + 2 * 64 * 2 / 32e9 + 5e-4
+    assert t == pytest.approx(np.full((1, 3), want), rel=1e-12)
+
+
+def test_host_compute_bound_and_the_small_gemm_tile():
+    """Compute-bound host: 1 token runs the matrix-vector path; 2 tokens over 4 experts (m = 2 x 2 / 4 = 1 token
+    per expert) run tiles of 16 rows: 1/16 of the small-GEMM rate, so 2 tokens cost 32x one's arithmetic."""
+    h = host(gemv_flops=1e9, gemm_flops=1e9, gemm_rows=16, mt_s=1e9)  # bandwidth so high memory is ~0
+    c = CostModel(TINY, get_device("rtx4090"), Cpu(), CostConfig(host=h))
+    flops1 = 2 * 1 * 2 * 3 * 64 * 32
+    one = c.layer_times(np.array([[2, 2, 2]]), np.array([1]))[0, 0]
+    two = c.layer_times(np.array([[4, 4, 4]]), np.array([2]))[0, 0]
+    assert one == pytest.approx(flops1 / 1e9, rel=1e-6)
+    assert two == pytest.approx(2 * flops1 / (1e9 / 16), rel=1e-6)
+
+
+def test_host_overlap_sum_adds_memory_and_compute():
+    h = host(overlap="sum", read_efficiency=1.0, gemv_flops=1e9)
+    model = dataclasses.replace(TINY, expert_bytes=100_000_000)
+    c = CostModel(model, get_device("rtx4090"), Cpu(), CostConfig(host=h))
+    t = c.layer_times(np.array([[1, 1, 1]]), np.array([1]))[0, 0]
+    assert t == pytest.approx(1e8 / 100e9 + 2 * 2 * 3 * 64 * 32 / 1e9, rel=1e-9)  # no PCIe under cpu
+
+
+def test_cpu_moe_n_puts_the_first_n_blocks_on_the_host():
+    ds = get_model("deepseek-v3.1")  # MoE layers 3..60
+    assert CpuMoe(10).host_layers(ds).sum() == 7 and CpuMoe().host_layers(ds).sum() == 58
+    assert parse_placement("cpu-moe:10") == CpuMoe(10) and parse_placement("cpu-moe") == CpuMoe()
+    assert str(parse_placement("cpu")) == "cpu"
+
+
+def test_cpu_moe_n_prices_host_layers_on_the_host_and_the_rest_on_the_gpu():
+    model = dataclasses.replace(TINY, expert_bytes=100_000_000)
+    c = CostModel(model, get_device("rtx4090"), CpuMoe(1), CostConfig(host=host()))
+    hbm = CostModel(model, get_device("rtx4090"), Hbm(), CostConfig())
+    t = c.layer_times(np.array([[4, 4, 4]]), np.array([1]))[0]
+    assert t[1:] == pytest.approx(hbm.layer_times(np.array([[4, 4, 4]]), np.array([1]))[0, 1:])
+    assert t[0] > 10 * t[1]  # 50 GB/s against the GPU's 806
+
+
+@given(u=st.integers(0, 8), n=st.integers(1, 16), du=st.integers(0, 8), dn=st.integers(0, 8))
+def test_a_host_layer_never_gets_cheaper_with_more_experts_or_tokens(u, n, du, dn):
+    c = CostModel(TINY, get_device("rtx4090"), CpuMoe(), CostConfig(host=host(gemm_rows=16)))
+    before = c.layer_times(np.array([[u, u, u]]), np.array([n]))[0, 0]
+    after = c.layer_times(np.array([[min(u + du, 8)] * 3]), np.array([n + dn]))[0, 0]
+    if n + dn > 1 and n == 1 and c.host.gemm_flops < c.host.gemv_flops:
+        return
+    assert after >= before - 1e-15
+
+
+# ----------------------------------------------------------------------------------------- capacity
+
+
+def test_deepseek_with_every_expert_in_64gb_is_refused_naming_what_fits():
+    small = host(ram_bytes=64e9)
+    c = CostModel(get_model("deepseek-v3.1"), get_device("rtx4090d"), CpuMoe(), CostConfig(host=small, dtype="q4_k_m"))
+    with pytest.raises(EcoSimError) as e:
+        c.check(1000)
+    msg = str(e.value)
+    assert "\n" not in msg and "394.0 GB of host RAM" in msg and "57.6 GB" in msg and "438 GB of RAM" in msg
+
+
+def test_refusal_names_the_n_cpu_moe_that_fits():
+    c = CostModel(get_model("deepseek-v3.1"), get_device("rtx4090d"), CpuMoe(30), CostConfig(host=load_host("xeon-6454s-1s"), dtype="q4_k_m"))
+    with pytest.raises(EcoSimError, match=r"on rtx4090d .* would fit: cpu-moe:60 to cpu-moe:61"):
+        c.check(1000)
+    CostModel(get_model("deepseek-v3.1"), get_device("rtx4090d"), CpuMoe(60), c.config).check(1000)
+
+
+def test_refusal_names_smaller_gguf_types():
+    """Qwen3-30B-A3B holds 30.2e9 weights: 60.4 GB in BF16, 32.1 GB at q8_0, 24.8 GB at q6_k; 90% of 32 GB is 28.8."""
+    c = CostModel(get_model("qwen3-30b-a3b"), get_device("h200"), Cpu(), CostConfig(host=host(ram_bytes=32e9)))
+    with pytest.raises(EcoSimError, match=r"would fit: --dtype q6_k or q5_k_m or q5_k, or a host with 67 GB"):
+        c.check(1000)
+
+
+def test_a_host_placement_without_a_host_is_one_line():
+    with pytest.raises(EcoSimError, match="give --host"):
+        CostModel(TINY, get_device("h200"), CpuMoe(), CostConfig())
+
+
+# ---------------------------------------------------------------------------------- validate's host
+
+
+def test_a_cpu_calibration_priced_by_the_cpu_placement_is_the_calibration():
+    """The committed CPU validation's profile, read as a host, prices any step exactly as the profile did."""
+    profile = VALIDATE_RUN / "profile.json"
+    doc = json.loads(profile.read_text())
+    device = get_device(str(profile))
+    model = dataclasses.replace(TINY, expert_bytes=37_700_000)
+    a = CostModel(model, device, Hbm(), CostConfig())
+    b = CostModel(model, device, Cpu(), CostConfig(host=from_calibration(doc, "x")))
+    rng = np.random.default_rng(0)
+    u, n, ctx = rng.integers(1, 9, (50, 3)), rng.integers(1, 10, 50), rng.integers(0, 500, 50)
+    for spec in (False, True):
+        assert b.step_times(u, n, ctx, spec) == pytest.approx(a.step_times(u, n, ctx, spec), rel=1e-12)
+    shipped = load_host("validate-cpu")
+    assert shipped.bandwidth == doc["hbm_bw"] and shipped.gemv_flops == doc["peak_bf16"] and shipped.overlap == "sum"
+
+
+# ------------------------------------------------------------------------------------------ the CLI
+
+
+@pytest.fixture(scope="module")
+def ds_trace(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ds") / "ds"
+    r = ecosim("synth", str(out), "--model", "deepseek-v3.1", "--requests", "1", "--positions", "24")
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_replay_cpu_moe_with_a_host_file_and_a_gguf_dtype(ds_trace, tmp_path):
+    f = tmp_path / "server.json"
+    f.write_text(json.dumps({**load_host("xeon-6454s-2s").to_dict(), "name": "my-server"}))
+    r = ecosim("replay", str(ds_trace), "--placement", "cpu-moe", "--host", str(f), "--hardware", "rtx4090d",
+               "--dtype", "q4_k_m", "--policy", "ar")
+    assert r.returncode == 0, r.stderr
+    assert "host my-server (58 MoE layers): 614.4 GB/s" in r.stdout and "dtype q4_k_m" in r.stdout
+
+
+def test_replay_refuses_every_expert_in_64gb_in_one_line(ds_trace, tmp_path):
+    f = tmp_path / "desk.json"
+    f.write_text(json.dumps({**load_host("desktop-ddr5-2ch").to_dict(), "name": "desk64", "ram_bytes": 64e9}))
+    r = ecosim("replay", str(ds_trace), "--placement", "cpu-moe", "--host", str(f), "--hardware", "rtx4090d",
+               "--dtype", "q4_k_m", "--policy", "ar")
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "desk64 holds 57.6 GB" in lines[0] and "would fit" not in lines[0]
+
+
+def test_bad_host_and_dtype_are_one_line_errors(ds_trace):
+    r = ecosim("replay", str(ds_trace), "--placement", "cpu-moe", "--host", "nonesuch", "--policy", "ar")
+    assert r.returncode == 2 and "unknown host 'nonesuch'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = ecosim("replay", str(ds_trace), "--dtype", "q4_k_x", "--policy", "ar")
+    assert r.returncode == 2 and "--dtype" in r.stderr
