@@ -220,3 +220,28 @@ def test_bad_host_and_dtype_are_one_line_errors(ds_trace):
     assert r.returncode == 2 and "unknown host 'nonesuch'" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = ecosim("replay", str(ds_trace), "--dtype", "q4_k_x", "--policy", "ar")
     assert r.returncode == 2 and "--dtype" in r.stderr
+
+
+# ---------------------------------------------------------------------------------- tune's llama.cpp flags
+
+
+def test_llamacpp_flags_for_the_best_chain_and_the_gain_beyond_it():
+    from ecosim.tune_llamacpp import llamacpp
+
+    doc = {"best": "ecospec-auto (token)", "best_ms_per_token": 40.0, "ar_ms_per_token": 60.0, "auto_ms_per_token": 40.0,
+           "vllm": {"num_speculative_tokens": 3, "ms_per_token": 50.0, "speedup_vs_ar": 1.2, "pays": True}}
+    ds = get_model("deepseek-v3.1")
+    d = llamacpp(doc, CpuMoe(40), ds, "eagle3")
+    assert d["flags"] == "-ngl 99 --n-cpu-moe 40 -md eagle3.gguf --draft-max 3 --draft-min 3 --draft-p-min 0"
+    assert d["gain_of_preferred"] == pytest.approx(50 / 40)
+    assert llamacpp(doc, Hbm(), ds, "eagle3") is None
+    no = llamacpp({**doc, "vllm": {**doc["vllm"], "pays": False}}, Cpu(), ds, "eagle3")
+    assert no["flags"] == "-ngl 0" and not no["speculate"] and no["gain_of_preferred"] == pytest.approx(60 / 40)
+
+
+def test_tune_prints_llamacpp_flags_under_cpu_moe(ds_trace):
+    r = ecosim("tune", str(ds_trace), "--placement", "cpu-moe:60", "--host", "xeon-6454s-2s", "--hardware", "rtx4090d",
+               "--dtype", "q4_k_m", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)["llama_cpp"]
+    assert d["placement_flags"] == "-ngl 99 --n-cpu-moe 60" and d["flags"].startswith("-ngl 99 --n-cpu-moe 60")

@@ -21,6 +21,8 @@ from ecosim.simulate import cost_model
 from ecosim.trace.io import find_traces, read_trace
 from ecosim.trace.schema import provenance_notes
 from ecosim.tune import recommend, tune as tune_all
+from ecosim.tune_llamacpp import line as llamacpp_line
+from ecosim.tune_llamacpp import llamacpp
 
 
 @app.command()
@@ -53,6 +55,9 @@ def tune(
     draft = {r.trace.name: float(c.applied()["draft_time_s"]) for r, c in zip(replays, costs)}  # type: ignore[arg-type]
     doc = {"hardware": device.name, "placement": str(place), "predictor": predictor,
            "traces": [r.trace.name for r in replays], "used": {**used, "draft_time_s": draft}, **doc}
+    engine = llamacpp(doc, place, costs[0].model, replays[0].trace.manifest.get("draft", {}).get("name", "DRAFT"))
+    if engine is not None:  # experts in host RAM: the llama.cpp / ik_llama.cpp flags (tune_llamacpp.py)
+        doc["llama_cpp"] = engine
     if as_json:
         print(json.dumps(doc, indent=1))
         return
@@ -83,5 +88,7 @@ def tune(
         v = doc["vllm"]
         verdict = "" if v["pays"] else "  (slower than plain decoding: do not use)"
         console.print(f"vLLM chain: num_speculative_tokens={v['num_speculative_tokens']}  ({v['speedup_vs_ar']:.3f}x plain){verdict}")
+    if engine is not None:
+        console.print(llamacpp_line(engine), markup=False, highlight=False)
     for note in provenance_notes(r.trace.provenance for r in replays):
         console.print(f"[yellow]{note}[/yellow]")
