@@ -191,7 +191,7 @@ def test_a_cpu_calibration_priced_by_the_cpu_placement_is_the_calibration():
 @pytest.fixture(scope="module")
 def ds_trace(tmp_path_factory):
     out = tmp_path_factory.mktemp("ds") / "ds"
-    r = ecosim("synth", str(out), "--model", "deepseek-v3.1", "--requests", "1", "--positions", "24")
+    r = ecosim("synth", str(out), "--model", "deepseek-v3.1", "--requests", "2", "--positions", "16")
     assert r.returncode == 0, r.stderr
     return out
 
