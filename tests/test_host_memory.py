@@ -245,3 +245,28 @@ def test_tune_prints_llamacpp_flags_under_cpu_moe(ds_trace):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)["llama_cpp"]
     assert d["placement_flags"] == "-ngl 99 --n-cpu-moe 60" and d["flags"].startswith("-ngl 99 --n-cpu-moe 60")
+
+
+# ------------------------------------------------------------------------------- published host rows
+
+
+def test_each_engine_profile_is_fitted_on_its_own_rows_and_held_out_rows_meet_the_target():
+    from ecosim import fidelity as f
+    from ecosim.catalog.serving import load_serving
+
+    rows = [r for r in f.load_rows() if (r.get("sim") or {}).get("profile")]
+    res, theta, _ = f.run(load_serving("cuda-graphs"), True, rows)
+    by = {x.row["id"]: x for x in res}
+    kt = by["kt-dsv3-q4km-1s-8e"].terms
+    assert set(kt) == set(f.HOST_FREE) and kt["host_layer_s"] > 0  # KTransformers' own fit, not cuda-graphs'
+    assert by["llamacpp-dsv3-q4km-2s"].terms != kt
+    s = f.summary(res)
+    assert s["host_plain_held_out"]["rows"] >= 5 and s["host_plain_held_out"]["median_abs_error"] <= 0.20
+    assert "plain_all" in s and s["plain_all"]["rows"] == 0  # host rows never enter the GPU groups
+    for n in (2, 4, 8):  # a forward of n tokens costs more than one and at most n
+        assert 1 < by[f"ik1630-glm45air-n{n}"].predicted <= n
+    # the shipped profiles hold their fit
+    for name in ("ktransformers", "llama.cpp"):
+        prof = load_serving(name)
+        got = next(x.terms for x in res if x.row["sim"]["profile"] == name)
+        assert {k: getattr(prof, k) for k in f.HOST_FREE} == pytest.approx(got)
