@@ -270,3 +270,27 @@ def test_each_engine_profile_is_fitted_on_its_own_rows_and_held_out_rows_meet_th
         prof = load_serving(name)
         got = next(x.terms for x in res if x.row["sim"]["profile"] == name)
         assert {k: getattr(prof, k) for k in f.HOST_FREE} == pytest.approx(got)
+
+
+def test_fidelity_host_reprices_the_host_rows_on_another_host(tmp_path):
+    from ecosim import fidelity as f
+
+    rows = [r for r in f.load_rows() if r["id"] in ("kt-dsv3-q4km-1s-8e", "kt-dsv3-q4km-2s-8e")]
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps({"rows": rows}))
+    own = json.loads(ecosim("fidelity", "--table", str(table), "--json", "--no-fit").stdout)
+    one = json.loads(ecosim("fidelity", "--table", str(table), "--json", "--no-fit", "--host", "xeon-6454s-1s").stdout)
+    p = {x["id"]: x["predicted"] for x in own["rows"]}
+    q = {x["id"]: x["predicted"] for x in one["rows"]}
+    assert q["kt-dsv3-q4km-1s-8e"] == pytest.approx(p["kt-dsv3-q4km-1s-8e"])  # already on one socket
+    assert q["kt-dsv3-q4km-2s-8e"] == pytest.approx(p["kt-dsv3-q4km-1s-8e"])
+    assert q["kt-dsv3-q4km-2s-8e"] < p["kt-dsv3-q4km-2s-8e"]
+    bad = ecosim("fidelity", "--table", str(table), "--host", "nonesuch")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_synth_says_whether_the_model_fits_a_host(tmp_path):
+    r = ecosim("synth", str(tmp_path / "t"), "--model", "qwen3-30b-a3b", "--requests", "1", "--positions", "8",
+               "--host", "desktop-ddr5-2ch", "--dtype", "q4_k_m")
+    assert r.returncode == 0, r.stderr
+    assert "host desktop-ddr5-2ch (86 GB usable): qwen3-30b-a3b (q4_k_m)'s routed experts need 17.5 GB under cpu-moe (fits)" in r.stdout

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from ecosim.catalog.serving import DEFAULT_SERVING, load_serving
 from ecosim.cli import app, fail, wide_console
+from ecosim.catalog.hosts import load_host
 from ecosim.fidelity import FREE, PUBLISHED, fitted_profile, load_rows, model_label, run, summary
 
 
@@ -83,6 +84,7 @@ def fidelity(
     write_profile: Annotated[Path | None, typer.Option(help="Write the fitted serving profile to this (new) JSON file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
     markdown: Annotated[bool, typer.Option(help="Print the rows as a Markdown table, each linked to its source, then the summary lines.")] = False,
+    host: Annotated[str | None, typer.Option(help="Price the rows with experts in host memory on this host (a catalogue host or a host .json) instead of each row's own: a what-if, the fit redone on it.")] = None,
 ) -> None:
     """Predict every published measurement the simulator can reproduce and report the errors.
 
@@ -94,6 +96,11 @@ def fidelity(
         fail(f"{write_profile}: exists; refusing to overwrite it")
     base = load_serving(profile)
     rows = load_rows(table or PUBLISHED)
+    if host is not None:
+        load_host(host)  # a bad host: one line, before any work
+        for r in rows:
+            if (r.get("sim") or {}).get("host"):
+                r["sim"]["host"] = str(Path(host).resolve()) if Path(host).suffix == ".json" else host
     todo = sum(1 for r in rows if r.get("sim"))
     with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
         task = bar.add_task("predicting", total=todo)
@@ -101,7 +108,7 @@ def fidelity(
     s = summary(results)
     used = dict(zip(FREE, map(float, theta)))
     if write_profile is not None:
-        prof = fitted_profile(base, theta, [r["id"] for r in rows if r.get("fit")])
+        prof = fitted_profile(base, theta, [r["id"] for r in rows if r.get("fit") and not (r.get("sim") or {}).get("profile")])
         write_profile.write_text(json.dumps(prof.to_dict(), indent=1) + "\n")
     if as_json:
         print(json.dumps({

@@ -103,6 +103,8 @@ def synth(
     gates: Annotated[bool, typer.Option(help="Also write gate weights.")] = False,
     seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same trace.")] = 0,
     force: Annotated[bool, typer.Option("--force", help="Replace a synthetic or hybrid trace already in OUT (a real, recorded trace is never replaced).")] = False,
+    host: Annotated[str | None, typer.Option(help="Also say whether the model's weights fit this host's RAM (a catalogue host or a host .json) under cpu-moe and cpu, at --dtype.")] = None,
+    dtype: Annotated[str | None, typer.Option(help="With --host: the weights' type for that check (bf16, fp8, a GGUF type such as q4_k_m); default: the model's own.")] = None,
 ) -> None:
     """Generate a synthetic or hybrid trace (labelled so: an illustration, never a measurement), or fit a preset."""
     if calibrate is not None:
@@ -110,6 +112,7 @@ def synth(
         return
     check_output(out, TRACE, force=force, keep_protected=True, flag="")  # before generating, not after
     shape = get_model(model)
+    fits = host_fit(shape, host, dtype) if host is not None else None  # a bad host or dtype: one line, before any work
     given = {"skew": skew, "token_affinity": token_affinity, "parent_affinity": parent_affinity, "context": context,
              "context_share": context_share}
     knobs, source = {"skew": 1.0, "token_affinity": 0.5, "parent_affinity": 0.3, "context": 0.0, "context_share": 0.0}, "defaults"
@@ -136,6 +139,26 @@ def synth(
     m = read_trace(path, validate=False).manifest
     print(f"{path}: {kind} {shape.name} trace, {len(m['requests'])} requests, draft {m['draft']['name']} "
           f"({m['draft']['bytes'] / 1e6:.1f} MB per level, accept {m['draft']['accept']}), {time.perf_counter() - t0:.1f} s")
+    if fits is not None:
+        print(fits)
+
+
+def host_fit(shape: object, host: str, dtype: str | None) -> str:
+    """One line: the RAM the model's routed experts (cpu-moe) and whole weights (cpu) need on `host`, and whether
+    they fit (placements/host_capacity.py)."""
+    from ecosim.catalog.dtypes import BITS, at_dtype
+    from ecosim.catalog.hosts import load_host
+    from ecosim.placements.host_capacity import split
+
+    h = load_host(host)
+    if dtype is not None and dtype not in BITS:
+        fail(f"--dtype {dtype!r} unknown; known: {', '.join(BITS)}")
+    m = at_dtype(shape, dtype) if dtype else shape  # type: ignore[arg-type]
+    gpu, experts = split(m, m.num_moe_layers, 0)
+    usable = h.ram_bytes * h.memory_fraction
+    verdict = lambda need: "fits" if need <= usable else "does not fit"  # noqa: E731
+    return (f"host {h.name} ({usable / 1e9:.0f} GB usable): {m.name}'s routed experts need {experts / 1e9:.1f} GB under "
+            f"cpu-moe ({verdict(experts)}), the whole model {(gpu + experts) / 1e9:.1f} GB under cpu ({verdict(gpu + experts)})")
 
 
 def _calibrate(out: Path, model: str, routing: Path, fraction: float, seed: int) -> None:
