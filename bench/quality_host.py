@@ -38,7 +38,7 @@ from ecosim.trace.io import read_trace
 BUDGETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48)
 # (host, GPU beside it under cpu-moe)
 HOSTS = (("xeon-6454s-2s", "rtx4090d"), ("epyc-9654-1s", "rtx4090"), ("desktop-ddr5-2ch", "rtx4090"))
-QUICK_HOSTS = HOSTS[:2]
+QUICK_HOSTS = HOSTS[:1]  # --quick: a smoke test, one host
 DTYPE = {"deepseek-v3.1": "q4_k_m", "qwen3-235b-a22b": "q4_k_m"}  # the gpt-oss models keep their mxfp4
 ENGINES = ("ktransformers", "ik_llama.cpp")
 DRAFT_MAX = 16  # llama.cpp's --draft-max default (common/speculative.h n_draft)
