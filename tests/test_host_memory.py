@@ -294,3 +294,33 @@ def test_synth_says_whether_the_model_fits_a_host(tmp_path):
                "--host", "desktop-ddr5-2ch", "--dtype", "q4_k_m")
     assert r.returncode == 0, r.stderr
     assert "host desktop-ddr5-2ch (86 GB usable): qwen3-30b-a3b (q4_k_m)'s routed experts need 17.5 GB under cpu-moe (fits)" in r.stdout
+
+
+def test_the_event_engine_prices_host_layers_as_the_fast_one(ds_trace):
+    """One request at a time, no prefetch: the des engine's time equals the fast engine's under cpu-moe too."""
+    fast = ecosim("replay", str(ds_trace), "--placement", "cpu-moe", "--host", "xeon-6454s-2s", "--hardware", "rtx4090d",
+                  "--dtype", "q4_k_m", "--policy", "confidence", "--json")
+    des = ecosim("replay", str(ds_trace), "--placement", "cpu-moe", "--host", "xeon-6454s-2s", "--hardware", "rtx4090d",
+                 "--dtype", "q4_k_m", "--policy", "confidence", "--json", "--engine", "des")
+    assert fast.returncode == 0 and des.returncode == 0, des.stderr
+    t = lambda r: next(x["time_s"] for x in json.loads(r.stdout)["totals"] if x["policy"] == "confidence")  # noqa: E731
+    assert t(des) == pytest.approx(t(fast), rel=1e-9)
+
+
+def test_bench_readme_renders_the_host_table():
+    from bench.readme import host_tables
+
+    figs = {}
+    b = "quality.host.ds.h.cpu-moe.e"
+    for k, v in {"ar": 10.0, "confidence_best": 8.0, "auto": 7.0, "llamacpp_default": 9.0, "reference": 6.5}.items():
+        figs[f"{b}.{k}_ms_per_token"] = {"value": v, "note": "synthetic, x" if k == "ar" else "budget 4"}
+    for k, v in {"auto_over_confidence": 8 / 7, "auto_over_ar": 10 / 7, "auto_of_reference": 6.5 / 7}.items():
+        figs[f"{b}.{k}"] = {"value": v, "met": None}
+    m = "quality.host.mean.e"
+    for k, v in {"auto_over_confidence": 1.2, "auto_over_ar_min": 1.1, "auto_of_reference_min": 0.93,
+                 "confidence_over_ar": 1.25, "auto_over_llamacpp": 1.3}.items():
+        figs[f"{m}.{k}"] = {"value": v, "met": True if "auto" in k and k != "auto_over_llamacpp" else None,
+                            "note": "over 1 configurations"}
+    text = "\n".join(host_tables(figs))
+    assert "| ds.h.cpu-moe.e (synthetic) | 10 | 8 (budget 4) | 7 | 9 (budget 4) | 6.5 | 1.143x | 1.429x | 0.929 |" in text
+    assert "| e | 1 | 1.200x (met) | 1.100x (met) | 0.930 (met) | 1.250x | 1.300x |" in text
