@@ -24,7 +24,7 @@ Bw = Annotated[str | None, typer.Option("--bw", help="Override the device's HBM 
 Peak = Annotated[str | None, typer.Option(help="Override the dense peak compute, e.g. 989TFLOP/s (applies to BF16 and FP8).")]
 LinkBw = Annotated[str | None, typer.Option(help="Override the per-direction device-to-device link bandwidth, e.g. 450GB/s.")]
 PcieBw = Annotated[str | None, typer.Option(help="Override the per-direction host-to-device bandwidth, e.g. 64GB/s.")]
-Placement = Annotated[str, typer.Option(help="Where weights live: hbm (one device), tp:N (experts sharded over N devices), ep:N (experts split over N), tp:N+ep:M, offload:CAP[:lru|lfu] (CAP experts per layer in HBM).")]
+Placement = Annotated[str, typer.Option(help="Where weights live: hbm (one device), tp:N (experts sharded over N devices), ep:N (experts split over N), tp:N+ep:M, offload:CAP[:lru|lfu] (CAP experts per layer in HBM), cpu-moe[:N] (routed experts of every MoE layer, or of the first N blocks, in host RAM on the CPU: needs --host), cpu (the whole model on the host's CPU).")]
 Devices = Annotated[int | None, typer.Option(min=1, help="Number of devices; shorthand for --placement ep:N when N > 1.")]
 
 
