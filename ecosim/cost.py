@@ -90,7 +90,7 @@ class CostConfig:
         "hardware or serving profile's.", choice("max", "sum")))
     host: Host | None = field(default=None, metadata=option(
         "--host", "Host machine whose RAM and CPU hold the routed experts under --placement cpu-moe[:N] or the whole "
-        "model under cpu: a catalogue host (xeon-6454s-1s, xeon-6454s-2s, epyc-9654-1s, desktop-ddr5-2ch, validate-cpu) "
+        "model under cpu: a catalogue host (xeon-6454s-1s, xeon-6454s-2s, epyc-9654-1s, epyc-9355-1s, desktop-ddr5-2ch, validate-cpu) "
         "or a host .json (a `validate calibrate` profile too); default: none.", load_host))
     dtype: str | None = field(default=None, metadata=option(
         "--dtype", "Weights stored as this type (bits per weight, block scales included): bf16, fp8, int8, mxfp4, nvfp4 "

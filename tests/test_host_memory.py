@@ -45,7 +45,7 @@ def host(**kw) -> Host:
 
 
 @pytest.mark.parametrize("name,bw", [("xeon-6454s-1s", 307.2e9), ("xeon-6454s-2s", 614.4e9),
-                                     ("epyc-9654-1s", 460.8e9), ("desktop-ddr5-2ch", 96e9)])
+                                     ("epyc-9654-1s", 460.8e9), ("epyc-9355-1s", 576e9), ("desktop-ddr5-2ch", 96e9)])
 def test_host_bandwidth_is_sockets_channels_transfers_and_eight_bytes(name, bw):
     h = load_host(name)
     assert h.bandwidth == pytest.approx(bw)  # e.g. 8 channels x 4800 MT/s x 8 B = 307.2 GB/s
