@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ecosim.catalog.models import get_model, in_catalogue
 from ecosim.cli import app, fail, wide_console
+from ecosim.errors import EcoSimError
 from ecosim.routing.data import Routing, is_routing_dir, read_routing, trace_continuation, write_routing
 from ecosim.routing.importers import FORMATS, import_routing
 from ecosim.routing.stats import SHOWN_WINDOWS, routing_stats
@@ -32,6 +33,28 @@ def load_any(path: Path) -> list[tuple[str, Routing, Trace | None]]:
     return [(str(path), import_routing(path), None)]
 
 
+def _groups(r: Routing, trace: Trace | None) -> tuple[int, int]:
+    """The router's group limits: the trace's shape, else the routing's model where the catalogue or its
+    config.json names it (a routing of an unknown model has none)."""
+    if trace is not None:
+        return trace.model.group_limits
+    try:
+        return get_model(r.model).group_limits if r.model != "unknown" else (0, 0)
+    except EcoSimError:
+        return (0, 0)
+
+
+def _checks(s: dict[str, Any]) -> str:
+    parts = []
+    if "same_context" in s:
+        c = s["same_context"]
+        parts.append("-" if not c["pairs"] else f"{100 * c['identical']:.1f}% of {c['pairs']}")
+    if "group_span" in s:
+        g = s["group_span"]
+        parts.append(f"{g['max']} of {g['n_group']} groups max, {100 * g['within_limit']:.1f}% within {g['topk_group']}")
+    return "; ".join(parts) or "-"
+
+
 def _row(s: dict[str, Any]) -> list[str]:
     o = s["overall"]
     t = s.get("trees") or {}
@@ -48,6 +71,7 @@ def _row(s: dict[str, Any]) -> list[str]:
         f"{f(o['max_over_fair'])} / {f(o['max_over_fair_median_layer'])}, {o['dead']}",
         f"{f(t.get('sibling_overlap'))} / {f(t.get('parent_child_overlap'))}" if t else "-",
         " / ".join(f(tree_n.get(str(n)), 1) for n in (4, 16, 32)) if t else "-",
+        _checks(s),
     ]
 
 
@@ -55,7 +79,7 @@ def print_routing_stats(paths: list[Path], as_json: bool, fraction: float, seed:
     rows = []
     for p in paths:
         for name, r, trace in load_any(p):
-            rows.append(routing_stats(r, trace, name=name, fraction=fraction, seed=seed))
+            rows.append(routing_stats(r, trace, name=name, fraction=fraction, seed=seed, groups=_groups(r, trace)))
     if as_json:
         print(json.dumps(rows, indent=1))
         return
@@ -63,7 +87,8 @@ def print_routing_stats(paths: list[Path], as_json: bool, fraction: float, seed:
               title_justify="left")
     for col in ("source", "data", "model", "seqs / tokens", "neighbour overlap",
                 "distinct in " + "/".join(map(str, SHOWN_WINDOWS)) + " tokens", "token recall@k (popularity)",
-                "max/fair: busiest / median layer, dead", "sibling / parent-child overlap", "distinct in tree of 4/16/32"):
+                "max/fair: busiest / median layer, dead", "sibling / parent-child overlap", "distinct in tree of 4/16/32",
+                "same token+context identical; group span"):
         t.add_column(col)
     for s in rows:
         t.add_row(*_row(s))

@@ -1,0 +1,129 @@
+"""Routing layouts research repositories commit (atomic events, per-layer CSV), and the checks
+`inspect --routing` adds: the group span of a group-limited router, same token in the same context."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ecosim.catalog.models import get_model
+from ecosim.cli import main
+from ecosim.errors import EcoSimError
+from ecosim.routing.data import from_lists, read_routing, trace_continuation
+from ecosim.routing.importers import detect, import_routing
+from ecosim.routing.stats import group_span, routing_stats
+from ecosim.synth import SynthConfig, synthesize
+from ecosim.trace.io import read_trace, write_trace
+
+# two sequences, 3 and 2 tokens, 2 layers, top-2 of 8 experts (hand-made)
+A = np.array([[[0, 1], [2, 3]], [[1, 2], [3, 4]], [[5, 6], [7, 0]]])
+B = np.array([[[4, 5], [6, 7]], [[4, 5], [6, 7]]])
+TOK_A, TOK_B = [10, 11, 12], [20, 21]
+
+
+def _events(seq_id: int, experts: np.ndarray, tokens: list[int], shuffle: int = 0) -> dict[str, np.ndarray]:
+    """Atomic events of one sequence: one row per (token, layer), in a seeded shuffled order."""
+    T, L, k = experts.shape
+    pos, layer = np.repeat(np.arange(T), L), np.tile(np.arange(L), T)
+    order = np.random.default_rng(shuffle).permutation(T * L) if shuffle else np.arange(T * L)
+    return {"sequence_id": np.full(T * L, seq_id, np.int32)[order], "generated_token_index": pos[order].astype(np.int32),
+            "layer_index": layer[order].astype(np.int16), "requested_expert_ids": experts.reshape(-1, k)[order].astype(np.int16),
+            "router_weights": np.full((T * L, k), 0.25, np.float32)[order], "token_id": np.repeat(tokens, L)[order].astype(np.int32),
+            "schema_version": np.array("test_events_v1")}
+
+
+def test_events_folder_of_chunks_in_any_row_order(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    np.savez(tmp_path / "a" / "s0.npz", **_events(7, A, TOK_A, shuffle=3))
+    np.savez(tmp_path / "a" / "s1.npz", **_events(9, B, TOK_B))
+    (tmp_path / "a" / "s0.metadata.json").write_text(json.dumps({"num_experts": 16}))
+    assert detect(tmp_path) == "events" and detect(tmp_path / "a" / "s1.npz") == "events"
+    r = import_routing(tmp_path)
+    assert list(r.seq_len) == [3, 2] and np.array_equal(r.experts, np.concatenate([A, B]))
+    assert list(r.token) == TOK_A + TOK_B and r.gates is not None and r.gates.shape == r.experts.shape
+    assert r.num_experts == 16 and not r.source["num_experts_inferred"]  # from the sidecar, not the largest id
+    assert [s["sequence_id"] for s in r.sequences] == [7, 9] and r.sequences[0]["file"] == "a/s0.npz"
+
+
+def test_events_file_with_two_sequences_and_a_gap_refused(tmp_path: Path) -> None:
+    both = {k: np.concatenate([v1, v2]) if v1.ndim else v1 for (k, v1), v2 in
+            zip(_events(0, A, TOK_A).items(), _events(1, B, TOK_B).values())}
+    np.savez(tmp_path / "both.npz", **both)
+    r = import_routing(tmp_path / "both.npz", num_experts=8)
+    assert list(r.seq_len) == [3, 2] and np.array_equal(r.experts, np.concatenate([A, B]))
+    gap = _events(0, A, TOK_A)
+    keep = gap["generated_token_index"] != 1  # token 1 lost on every layer
+    np.savez(tmp_path / "gap.npz", **{k: v[keep] if v.ndim else v for k, v in gap.items()})
+    with pytest.raises(EcoSimError, match="not consecutive"):
+        import_routing(tmp_path / "gap.npz")
+    lost = _events(0, A, TOK_A)
+    keep = np.arange(len(lost["layer_index"])) != 2  # one (token, layer) event lost
+    np.savez(tmp_path / "lost.npz", **{k: v[keep] if v.ndim else v for k, v in lost.items()})
+    with pytest.raises(EcoSimError, match="whole tokens|not consecutive"):
+        import_routing(tmp_path / "lost.npz")
+
+
+def _csv(experts: np.ndarray, words: list[str], first_layer: int = 1) -> str:
+    lines = ["Layer ID,Batch Number,Token,Activated Expert IDs"]
+    for layer in range(experts.shape[1]):
+        for t, w in enumerate(words):
+            lines.append(f'{layer + first_layer},0,{json.dumps(w) if "," in w else w},"{experts[t, layer].tolist()}"')
+    return "\n".join(lines) + "\n"
+
+
+def test_layer_csv_folder_tokens_become_a_string_table(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "p_1.csv").write_text(_csv(A, ["I", "Ġthink", ","]))
+    (tmp_path / "p_2.csv").write_text(_csv(B, ["Ġthink", "I"]))
+    assert detect(tmp_path) == "layer-csv"
+    r = import_routing(tmp_path, num_experts=8)
+    assert np.array_equal(r.experts, np.concatenate([A, B])) and list(r.seq_len) == [3, 2]
+    assert r.token_strings == ["I", "Ġthink", ","] and list(r.token) == [0, 1, 2, 1, 0]
+    assert r.source["layer_ids"] == [1, 2]  # the source's layer numbers, kept for the record
+    out = tmp_path.parent / "out"
+    assert main(["import-routing", str(tmp_path), "--out", str(out), "--num-experts", "8", "--credit", "hand-made"]) == 0
+    assert read_routing(out).token_strings == r.token_strings
+    (tmp_path / "p_3.csv").write_text("Layer ID,Batch Number,Token,Activated Expert IDs\n1,0,x,\"[0, 1, 2]\"\n")
+    assert main(["import-routing", str(tmp_path), "--out", str(tmp_path.parent / "out2")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "p_3.csv" in err[0] and not (tmp_path.parent / "out2").exists()
+
+
+def test_layer_csv_header_checked(tmp_path: Path) -> None:
+    (tmp_path / "x.csv").write_text("layer,token,experts\n1,a,[1]\n")
+    with pytest.raises(EcoSimError, match="header"):
+        import_routing(tmp_path / "x.csv")
+
+
+# ------------------------------------------------------------------------------ checks by hand
+
+
+def test_group_span_worked_by_hand() -> None:
+    # 16 experts in 4 groups of 4; top-2: {0,1} one group, {0,5} two, {3,15} two, {12,13} one
+    r = from_lists([np.array([[[0, 1]], [[0, 5]], [[3, 15]], [[12, 13]]])], 16)
+    g = group_span(r, 4, 1)
+    assert g["max"] == 2 and g["mean"] == pytest.approx(1.5) and g["within_limit"] == pytest.approx(0.5)
+    assert group_span(r, 4, 2)["within_limit"] == 1.0
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 1000))
+def test_a_deepseek_trace_passes_both_checks(tmp_path_factory: pytest.TempPathFactory, seed: int) -> None:
+    shape = get_model("deepseek-v3.1")
+    m, pos, nodes = synthesize(shape, SynthConfig(requests=2, positions=6, depth=2, topk=2, max_nodes=4, seed=seed))
+    trace = read_trace(write_trace(tmp_path_factory.mktemp("t") / "t", m, pos, nodes))
+    s = routing_stats(trace_continuation(trace), trace, groups=shape.group_limits)
+    assert s["same_context"]["pairs"] > 0 and s["same_context"]["identical"] == 1.0
+    assert s["group_span"]["max"] <= 4 and s["group_span"]["within_limit"] == 1.0
+
+
+def test_inspect_shows_the_checks(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["synth", str(tmp_path / "ds"), "--model", "deepseek-v3.1", "--requests", "2", "--positions", "8"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", "--routing", str(tmp_path / "ds"), "--json"]) == 0
+    (s,) = json.loads(capsys.readouterr().out)
+    assert s["same_context"]["identical"] == 1.0 and s["group_span"]["n_group"] == 8 and s["group_span"]["within_limit"] == 1.0
