@@ -127,3 +127,20 @@ def test_inspect_shows_the_checks(tmp_path: Path, capsys: pytest.CaptureFixture)
     assert main(["inspect", "--routing", str(tmp_path / "ds"), "--json"]) == 0
     (s,) = json.loads(capsys.readouterr().out)
     assert s["same_context"]["identical"] == 1.0 and s["group_span"]["n_group"] == 8 and s["group_span"]["within_limit"] == 1.0
+
+
+def test_steps_json_reads_decode_steps_and_drops_the_prefill(tmp_path: Path) -> None:
+    # layers "0" and "2" dense (null), "1" and "3" MoE, top-1; a 3-token prefill then A's 3 decode tokens
+    def step(e: np.ndarray) -> dict[str, object]:
+        return {"0": None, "1": e[:, 0].tolist(), "2": None, "3": e[:, 1].tolist()}
+
+    steps = [step(np.array([[[5], [6]], [[7], [0]], [[1], [1]]]))] + [step(A[t : t + 1, :, :1]) for t in range(3)]
+    (tmp_path / "q").mkdir()
+    (tmp_path / "q" / "0.json").write_text(json.dumps(steps))
+    assert detect(tmp_path) == "steps-json" and detect(tmp_path / "q" / "0.json") == "steps-json"
+    r = import_routing(tmp_path, num_experts=8)
+    assert np.array_equal(r.experts, A[:, :, :1]) and r.source["layer_ids"] == [1, 3]
+    assert "3 prefill tokens dropped" in r.source["note"] and (r.token == -1).all()
+    (tmp_path / "q" / "1.json").write_text(json.dumps(steps[:2] + steps[:1]))  # prefill again after decode began
+    with pytest.raises(EcoSimError, match="after decode began"):
+        import_routing(tmp_path, num_experts=8)

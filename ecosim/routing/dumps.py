@@ -15,6 +15,11 @@ seen):
   row per (layer, token) with the token as a string and the ids as a JSON list; rows of a
   (layer, batch) are in token order. One file, or a folder of them; each (file, batch) is one
   sequence. Tokens are strings, so they become indices into a string table.
+- `steps-json`: one JSON file per request (or a folder of them): a list of forward steps, each an
+  object from layer number to that step's tokens' top-k ids ([tokens][k]), `null` for a dense
+  layer. The first steps are the prompt's prefill (several tokens each); the decode steps, one
+  token each, are what is read (the prefill is dropped, as the other decode sets hold decode
+  tokens only). There are no token ids.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ecosim.routing.readers import bad, int_array, load_npz
+from ecosim.routing.readers import bad, int_array, load_json, load_npz
 
 EVENT_KEYS = ("sequence_id", "layer_index", "requested_expert_ids")
 POSITION_KEYS = ("generated_token_index", "position")
@@ -175,3 +180,38 @@ def load_layer_csv(path: Path) -> tuple[list[np.ndarray], list[np.ndarray], dict
     extras = {"labels": labels, "token_strings": list(strings), "layer_ids": layers_seen,
               "note": "expert ids as listed by the source (not necessarily best first)"}
     return seqs, toks, extras
+
+
+def load_steps_json(path: Path) -> tuple[list[np.ndarray], None, dict[str, Any]]:
+    """Decode steps of per-request step lists (module docstring)."""
+    seqs, labels = [], []
+    moe: list[str] | None = None
+    dropped = 0
+    for f in _files(path, ".json"):
+        steps = load_json(f)
+        if not isinstance(steps, list) or not steps or not all(isinstance(x, dict) for x in steps):
+            raise bad(f, "expected a list of steps, each an object from layer to [tokens][top_k] expert ids")
+        lays = sorted((k for k, v in steps[0].items() if v is not None), key=lambda k: int(k) if k.isdigit() else k)
+        if moe is None:
+            moe = lays
+        elif lays != moe:
+            raise bad(f, f"MoE layers {lays} differ from the first file's {moe}")
+        rows, started = [], False
+        for i, st in enumerate(steps):
+            if sorted(k for k, v in st.items() if v is not None) != sorted(moe):
+                raise bad(f, f"step {i}: MoE layers differ from the first step's")
+            a = np.stack([int_array(st[k], f, f"step {i} layer {k} [tokens, top_k]", 2) for k in moe], axis=1)
+            if len(a) == 1:
+                started = True
+                rows.append(a[0])
+            elif started:
+                raise bad(f, f"step {i}: {len(a)} tokens after decode began (one per step expected)")
+            else:
+                dropped += len(a)
+        if rows:
+            seqs.append(np.stack(rows))
+            labels.append({"file": str(f.relative_to(path)) if path.is_dir() else f.name})
+    if not seqs:
+        raise bad(path, "no decode step (one token per step) in any file")
+    return seqs, None, {"labels": labels, "layer_ids": [int(k) if k.isdigit() else k for k in moe or []],
+                        "note": f"decode steps only; {dropped} prefill tokens dropped"}

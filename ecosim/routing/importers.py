@@ -20,8 +20,9 @@ Each reads one documented layout into a `Routing` labelled real (docs/ROUTING_FO
   `top_indices` [num_tokens][topk]. MTP records (`mtp_idx`) are skipped; the decoder block of the
   first rank and first stage seen is read; each step's tokens follow the previous step's (one
   sequence per file); there are no token ids.
-- `events`, `layer-csv`: layouts research repositories commit (atomic (token, layer) event
-  arrays; per-(layer, token) CSV rows), read by routing/dumps.py.
+- `events`, `layer-csv`, `steps-json`: layouts research repositories commit (atomic (token, layer)
+  event arrays; per-(layer, token) CSV rows; per-request lists of forward steps), read by
+  routing/dumps.py.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 
 from ecosim.errors import EcoSimError
 from ecosim.routing.data import Routing, from_lists, is_routing_dir, read_routing, starts
-from ecosim.routing.dumps import is_events_npz, load_events, load_layer_csv
+from ecosim.routing.dumps import is_events_npz, load_events, load_layer_csv, load_steps_json
 from ecosim.routing.readers import bad as _bad, int_array as _int_array, load_json as _load_json, load_npz as _npz
 
 
@@ -185,8 +186,11 @@ def detect(path: Path) -> str:
             return "layer-csv"
         if first is not None and is_events_npz(first):
             return "events"
+        js = next((p for p in sorted(path.rglob("*.json")) if p.is_file()), None) if first is None else None
+        if js is not None and detect(js) == "steps-json":
+            return "steps-json"
         raise _bad(path, "a directory that is neither an ecosim routing set, a routing.npz + meta.json folder, "
-                         "nor a folder of routing events (.npz) or layer CSV files")
+                         "nor a folder of routing events (.npz), layer CSV files or per-request step lists (.json)")
     if not path.is_file():
         raise _bad(path, "no such file or directory")
     if path.suffix == ".npz" and is_events_npz(path):
@@ -201,13 +205,15 @@ def detect(path: Path) -> str:
         return "megatron"
     if path.suffix == ".json":
         head = path.read_bytes()[:4096].lstrip()
-        return "sglang" if head.startswith(b"{") and b'"records"' in head else "vllm"
+        if head.startswith(b"{") and b'"records"' in head:
+            return "sglang"
+        return "steps-json" if head.startswith(b"[") and head[1:].lstrip().startswith(b"{") and b'"routed_experts"' not in head else "vllm"
     raise _bad(path, f"unknown routing format (give --format {', '.join(FORMATS)})")
 
 
 FORMATS: dict[str, Callable[[Path], Any]] = {
     "npz": load_npz_folder, "vllm": load_vllm, "sglang": load_sglang, "megatron": load_megatron,
-    "events": load_events, "layer-csv": load_layer_csv,
+    "events": load_events, "layer-csv": load_layer_csv, "steps-json": load_steps_json,
 }
 
 
