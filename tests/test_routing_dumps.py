@@ -14,7 +14,10 @@ from hypothesis import strategies as st
 from ecosim.catalog.models import get_model
 from ecosim.cli import main
 from ecosim.errors import EcoSimError
-from ecosim.routing.data import from_lists, read_routing, trace_continuation
+from ecosim.routing.calibrate import simulate
+from ecosim.routing.check import check_preset
+from ecosim.routing.data import Routing, from_lists, read_routing, trace_continuation, write_routing
+from ecosim.routing.generator import RoutingKnobs
 from ecosim.routing.importers import detect, import_routing
 from ecosim.routing.stats import group_span, routing_stats
 from ecosim.synth import SynthConfig, synthesize
@@ -144,3 +147,41 @@ def test_steps_json_reads_decode_steps_and_drops_the_prefill(tmp_path: Path) -> 
     (tmp_path / "q" / "1.json").write_text(json.dumps(steps[:2] + steps[:1]))  # prefill again after decode began
     with pytest.raises(EcoSimError, match="after decode began"):
         import_routing(tmp_path, num_experts=8)
+
+
+# ------------------------------------------------------------------------------ preset checks
+
+
+def _generated_real(knobs: RoutingKnobs, seed: int) -> Routing:
+    rng = np.random.default_rng(seed)
+    tokens = [rng.integers(0, 60, 80) for _ in range(24)]
+    r = simulate(knobs, tokens, 16, 2, layers=2, seed=seed + 100)
+    r.provenance = "real"  # stands in for a recording: the check only reads experts and tokens
+    return r
+
+
+def test_a_preset_meets_the_targets_on_routing_made_with_its_own_knobs() -> None:
+    knobs = RoutingKnobs(token_affinity=0.5, parent_affinity=0.2, context=5.0, skew=0.4, context_share=0.5)
+    c = check_preset(_generated_real(knobs, 1), knobs, layers=2, seed=2)
+    assert c["meets"] == {"window": True, "overlap": True, "recall": True}
+    assert 2 <= c["window_worst"]["n"] <= 64 and c["sequences"] == 24 and c["tokens"] == 24 * 80
+    far = RoutingKnobs(token_affinity=0.0, parent_affinity=0.0, context=0.0, skew=0.0, context_share=0.0)
+    bad = check_preset(_generated_real(knobs, 1), far, layers=2, seed=2)
+    assert not bad["meets"]["window"] and bad["window_worst"]["rel_error"] > 0.1
+
+
+def test_check_preset_needs_tokens() -> None:
+    r = from_lists([A, A, A], 8)
+    with pytest.raises(EcoSimError, match="tokens"):
+        check_preset(r, RoutingKnobs())
+
+
+def test_inspect_check_preset_cli(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    knobs = RoutingKnobs(token_affinity=0.5, parent_affinity=0.2, context=5.0, skew=0.4, context_share=0.5)
+    write_routing(tmp_path / "r", _generated_real(knobs, 3))
+    preset = tmp_path / "p.json"
+    preset.write_text(json.dumps({"model": "x", "source": "hand-made", "knobs": {k: getattr(knobs, k) for k in
+                                  ("token_affinity", "parent_affinity", "context", "skew", "context_share")}}))
+    assert main(["inspect", "--routing", str(tmp_path / "r"), "--check-preset", str(preset), "--json", "--seed", "1"]) == 0
+    (c,) = json.loads(capsys.readouterr().out)
+    assert c["preset_source"] == "hand-made" and c["sequences"] == 12 and c["meets"]["overlap"]

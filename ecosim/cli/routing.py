@@ -95,6 +95,43 @@ def print_routing_stats(paths: list[Path], as_json: bool, fraction: float, seed:
     wide_console().print(t)
 
 
+def print_preset_checks(paths: list[Path], presets: list[str], as_json: bool, fraction: float, seed: int) -> None:
+    """Each preset against each real routing set, on the sequences a fit with this seed leaves out."""
+    from ecosim.routing.check import TARGETS, check_preset
+    from ecosim.routing.generator import RoutingKnobs
+    from ecosim.routing.presets import knobs_of, load_preset
+
+    rows = []
+    for p in paths:
+        for name, r, trace in load_any(p):
+            held = r.split(fraction, seed)[1]
+            n_group, topk_group = _groups(r, trace)
+            for pre in presets:
+                d = load_preset(pre)
+                knobs = RoutingKnobs(**knobs_of(d), n_group=n_group, topk_group=topk_group)
+                rows.append({"routing": name, "preset": pre, "preset_source": d["source"], "held_out_seed": seed,
+                             **check_preset(held, knobs, seed=seed)})
+    if as_json:
+        print(json.dumps(rows, indent=1, default=float))
+        return
+    t = Table(title=f"presets against real routing they were not fitted on (the {1 - fraction:.0%} a fit with seed {seed} leaves out; "
+              f"targets: window within {TARGETS['window']:.0%}, overlap and recall within {TARGETS['overlap']})", title_justify="left")
+    for col in ("preset", "real routing", "seqs / tokens", "neighbour overlap real / generated",
+                "distinct in 4/16/64 real / generated", "worst window n = 2..64", "token recall real / generated",
+                "max/fair median layer real / generated", "meets"):
+        t.add_column(col)
+    for c in rows:
+        a, g = c["real"], c["generated"]
+        w = " / ".join(f"{a['window_distinct'][n]:.1f}" for n in (4, 16, 64)) + "  |  " + " / ".join(f"{g['window_distinct'][n]:.1f}" for n in (4, 16, 64))
+        rec = "-" if a["token_recall"] is None else f"{a['token_recall']:.2f} / {g['token_recall']:.2f}"
+        t.add_row(c["preset"], c["routing"], f"{c['sequences']} / {c['tokens']}",
+                  f"{a['neighbour_overlap']:.2f} / {g['neighbour_overlap']:.2f}", w,
+                  f"{100 * c['window_worst']['rel_error']:.1f}% (n = {c['window_worst']['n']})", rec,
+                  f"{a['max_over_fair_median']:.2f} / {g['max_over_fair_median']:.2f}",
+                  ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in c["meets"].items()))
+    wide_console().print(t)
+
+
 @app.command("import-routing")
 def import_routing_cmd(
     source: Annotated[Path, typer.Argument(help="A routing dump: a routing.npz + meta.json folder, a vLLM routed_experts .npy/.npz/.json, an SGLang per_token dump as JSON, or a Megatron-Core router trace .jsonl.")],
