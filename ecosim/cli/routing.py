@@ -134,7 +134,7 @@ def print_preset_checks(paths: list[Path], presets: list[str], as_json: bool, fr
 
 @app.command("import-routing")
 def import_routing_cmd(
-    source: Annotated[Path, typer.Argument(help="A routing dump: a routing.npz + meta.json folder, a vLLM routed_experts .npy/.npz/.json, an SGLang per_token dump as JSON, or a Megatron-Core router trace .jsonl.")],
+    source: Annotated[Path, typer.Argument(help="A routing dump: a routing.npz + meta.json folder, a vLLM routed_experts .npy/.npz/.json, an SGLang per_token dump as JSON, a Megatron-Core router trace .jsonl, or a research layout (atomic events .npz, per-layer CSV, per-request step lists .json; a file or a folder of them; docs/ROUTING_FORMAT.md).")],
     out: Annotated[Path, typer.Option("--out", help="New directory to write the routing set to (never overwritten).")],
     fmt: Annotated[str | None, typer.Option("--format", help=f"Source format ({', '.join(FORMATS)}); detected from the layout if omitted.")] = None,
     model: Annotated[str | None, typer.Option(help="Catalogue shape, or a Hugging Face MoE config.json (or its directory), the routing comes from (sets the model name and expert count).")] = None,
