@@ -185,3 +185,14 @@ def test_inspect_check_preset_cli(tmp_path: Path, capsys: pytest.CaptureFixture)
     assert main(["inspect", "--routing", str(tmp_path / "r"), "--check-preset", str(preset), "--json", "--seed", "1"]) == 0
     (c,) = json.loads(capsys.readouterr().out)
     assert c["preset_source"] == "hand-made" and c["sequences"] == 12 and c["meets"]["overlap"]
+
+
+def test_inspect_takes_the_group_limits_from_the_routing_model(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # 256 experts in 8 groups of 32: token 0 spans groups {0, 1}, token 1 spans 5 groups (beyond DeepSeek's 4)
+    e = np.array([[[0, 1, 2, 3, 32, 33, 34, 35]], [[0, 32, 64, 96, 128, 1, 2, 3]]])
+    write_routing(tmp_path / "r", from_lists([e, e], 256, model="deepseek-v3.1"))
+    write_routing(tmp_path / "u", from_lists([e, e], 256))  # unknown model: no limits to check
+    assert main(["inspect", "--routing", str(tmp_path / "r"), str(tmp_path / "u"), "--json"]) == 0
+    r, u = json.loads(capsys.readouterr().out)
+    assert r["group_span"] == {"n_group": 8, "topk_group": 4, "mean": 3.5, "max": 5, "within_limit": 0.5}
+    assert "group_span" not in u
