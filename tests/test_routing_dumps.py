@@ -196,3 +196,15 @@ def test_inspect_takes_the_group_limits_from_the_routing_model(tmp_path: Path, c
     r, u = json.loads(capsys.readouterr().out)
     assert r["group_span"] == {"n_group": 8, "topk_group": 4, "mean": 3.5, "max": 5, "within_limit": 0.5}
     assert "group_span" not in u
+
+
+def test_inspect_reads_a_raw_layout_folder_directly(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "p_1.csv").write_text(_csv(A, ["a", "b", "c"]))
+    (tmp_path / "p_2.csv").write_text(_csv(B, ["b", "a"]))
+    assert main(["inspect", "--routing", str(tmp_path), "--json"]) == 0
+    (s,) = json.loads(capsys.readouterr().out)
+    assert s["tokens"] == 5 and s["source"]["format"] == "layer-csv"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["inspect", "--routing", str(empty)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1

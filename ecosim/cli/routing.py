@@ -24,7 +24,7 @@ def load_any(path: Path) -> list[tuple[str, Routing, Trace | None]]:
     """A routing directory, an importable source, or traces (each a continuation plus its trees)."""
     if is_routing_dir(path):
         return [(str(path), read_routing(path), None)]
-    if path.is_dir() and ((path / MANIFEST).is_file() or not (path / "routing.npz").is_file()):
+    if path.is_dir() and ((path / MANIFEST).is_file() or next(path.rglob(MANIFEST), None) is not None):
         out = []
         for p in find_traces([str(path)]):
             t = read_trace(p)
