@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 
 from ecosim.cost import CostModel
 from ecosim.metrics import Row
+from ecosim.readings import Reading, readings
 from ecosim.simulate import AR, PolicyResult
 
 LEVEL = 1e-3  # policies within 0.1% of the fastest are level with it (a tie, not a margin)
@@ -29,7 +30,7 @@ LEVEL = 1e-3  # policies within 0.1% of the fastest are level with it (a tie, no
 # MTP draft) on 8 H200s under tensor parallelism. Seconds to run on a laptop.
 PAPER_SCALE = ("ecosim synth /tmp/dsv31-synthetic --model deepseek-v3.1 --requests 4 --positions 64 --seed 0 --force && "
                "ecosim replay /tmp/dsv31-synthetic --hardware h200 --placement tp:8")
-PAPER_MODEL = "deepseek-v3.1"
+PAPER_MODELS = ("deepseek-v3.1", "qwen3-235b-a22b", "gpt-oss-120b")  # the paper's three targets
 
 
 @dataclass
@@ -78,6 +79,7 @@ class Verdict:
     best_speculative: Entry | None
     why: Why | None  # when speculation loses
     paper_scale: str | None  # the command that asks the question at the paper's scale
+    readings: list[Reading] = field(default_factory=list)  # the paper's speedup read two ways, per paper-shape trace
     lines: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
@@ -127,8 +129,8 @@ def verdict(results: list[PolicyResult], costs: list[CostModel], models: list[st
     if best is not None and not pays:
         res = next(r for r in run if r.spec.label() == best.label)
         why = _why(res, costs, ar_time)
-    paper = None if models and all(m == PAPER_MODEL for m in models) else PAPER_SCALE
-    v = Verdict(len(models), fastest, level, runner_up, margin, pays, best, why, paper)
+    paper = None if models and all(m in PAPER_MODELS for m in models) else PAPER_SCALE
+    v = Verdict(len(models), fastest, level, runner_up, margin, pays, best, why, paper, readings(results, models))
     v.lines = lines(v)
     return v
 
@@ -174,6 +176,7 @@ def lines(v: Verdict) -> list[str]:
                    f"{ratio:.3g} plain steps. The best speculative policy, {w.policy}, takes {_ms(w.step_s)} a step for "
                    f"{w.tokens_per_step:.3f} tokens; to tie plain decoding it would need under {w.tokens_per_step:.3f} x "
                    f"{_ms(w.plain_step_s)} = {_ms(w.break_even_s)}")
+    out += [r.line() for r in v.readings]
     if v.paper_scale:
         out.append(f"the question at a paper-scale shape (synthetic DeepSeek-V3.1 on 8 H200s): {v.paper_scale}")
     return out

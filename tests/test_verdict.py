@@ -86,6 +86,24 @@ def test_ar_not_listed_is_still_the_yardstick() -> None:
     assert v.runner_up is not None and v.runner_up.policy == "confidence" and v.why is not None
 
 
+def test_a_paper_shape_trace_reads_the_papers_speedup_both_ways_and_splits_it() -> None:
+    # 100 tokens: ar 1 s; eagle2-default 0.5 s (2x: speculation itself); ecospec-auto 0.4 s
+    # (2.5x ar, 1.25x eagle2-default: cost-awareness); sglang-default 0.8 s (auto 2x over it).
+    eagle2, sglang = PolicySpec("eagle2-default"), PolicySpec("sglang-default")
+    res = _results({AR: (100, 1.0), AUTO: (40, 0.4), eagle2: (40, 0.5), sglang: (50, 0.8), ORACLE: (30, 0.3)})
+    v = verdict(res, [_cost(0.001)], ["deepseek-v3.1"])
+    (r,) = v.readings
+    assert (r.paper_over_plain, r.paper_baseline, r.paper_over_baseline) == (1.62, "MTP", pytest.approx(1.62 / 1.10))
+    assert (r.auto_over_ar, r.eagle2_over_ar, r.auto_over_eagle2, r.auto_over_sglang) == pytest.approx((2.5, 2.0, 1.25, 2.0))
+    assert r.auto_over_ar == pytest.approx(r.eagle2_over_ar * r.auto_over_eagle2)  # the two factors multiply back
+    line = v.lines[-1]
+    assert "over plain decoding the paper gives 1.62x, ecospec-auto here 2.500x" in line
+    assert "the paper implies 1.47x (1.62x / MTP's 1.10x), ecospec-auto here 1.250x against eagle2-default" in line
+    assert v.to_dict()["readings"][0]["model"] == "deepseek-v3.1"
+    assert not verdict(res, [_cost(0.001)], ["tiny-test"]).readings  # not a paper shape: no reading
+    assert not verdict([x for x in res if x.spec != eagle2], [_cost(0.001)], ["deepseek-v3.1"]).readings
+
+
 @given(times=st.lists(st.floats(0.1, 10.0), min_size=1, max_size=5), ar=st.floats(0.1, 10.0))
 def test_the_fastest_is_the_least_time_and_level_means_within_a_tenth_of_a_percent(times: list[float], ar: float) -> None:
     specs = [PolicySpec("confidence", b) for b in range(1, len(times) + 1)]
@@ -162,6 +180,11 @@ def test_replay_of_a_synthetic_deepseek_trace_where_speculation_pays_names_a_spe
     v = doc["verdict"]
     assert v["speculation_pays"] and v["fastest"]["speculative"] and v["fastest"]["speedup_vs_ar"] > 1.2
     assert v["why"] is None and v["paper_scale"] is None
+    (reading,) = v["readings"]
+    by = {x["policy"]: x["time_per_token_s"] for x in doc["totals"]}
+    assert reading["auto_over_ar"] == pytest.approx(by["ar"] / by["ecospec-auto"]) and reading["auto_over_ar"] > 1.2
+    assert reading["eagle2_over_ar"] == pytest.approx(by["ar"] / by["eagle2-default"])
+    assert reading["auto_over_eagle2"] == pytest.approx(by["eagle2-default"] / by["ecospec-auto"])
     fastest = min((x for x in doc["totals"] if x["policy"] != "oracle"), key=lambda x: x["time_per_token_s"])
     assert v["fastest"]["time_per_token_s"] == fastest["time_per_token_s"]
     assert v["lines"][0].startswith(f"verdict: fastest on this trace: {v['fastest']['label']}")
