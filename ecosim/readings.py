@@ -2,14 +2,14 @@
 
 "Up to 1.62x" (ecosim/catalog/paper.py) names no baseline. Over plain autoregressive decoding it
 compares the self-tuning policy with `ar`; over EAGLE-style default trees, with `eagle2-default`
-(EAGLE-2's 60-token tree, which covers a 60-candidate recorded tree) and `sglang-default` (SGLang's
+(EAGLE-2's 60-token tree: the whole of a recorded tree of up to 60 candidates) and `sglang-default` (SGLang's
 8-token tree). The simulator splits the first into two factors, per trace:
 
-    auto / ar  =  (eagle2-default / ar)  x  (auto / eagle2-default)
-                   speculation itself        cost-awareness
+    T_ar / T_auto  =  (T_ar / T_eagle2-default)  x  (T_eagle2-default / T_auto)
+                        speculation itself             cost-awareness
 
-(each a ratio of times per token, slower over faster: above 1 the second named is faster), since
-`eagle2-default` is the same speculation with no cost in its choice of tree.
+(T: time per token; a factor above 1 is a gain), since `eagle2-default` is the same speculation
+with no cost in its choice of tree.
 """
 
 from __future__ import annotations
