@@ -69,8 +69,8 @@ rows = [
      f"{paper['paper_over_baseline']:.2f}x implied ({paper['paper_over_plain']:.2f} / {paper['paper_baseline']})",
      f"ecospec-auto {paper['auto_over_eagle2']:.3f}x eagle2-default, {paper['auto_over_sglang']:.3f}x sglang-default (same trace)"),
     ("C4c", "what the speedup owes to what", "cost-aware trees",
-     f"speculation itself (eagle2-default / ar) {paper['eagle2_over_ar']:.3f}x; cost-awareness "
-     f"(ecospec-auto / eagle2-default) {paper['auto_over_eagle2']:.3f}x (same trace)"),
+     f"speculation itself (eagle2-default over ar) {paper['eagle2_over_ar']:.3f}x; cost-awareness "
+     f"(ecospec-auto over eagle2-default) {paper['auto_over_eagle2']:.3f}x (same trace)"),
     ("C5", "fewer experts per step than confidence", "cost-aware trees",
      f"{100 * (1 - best['experts_per_step'] / conf['experts_per_step']):.1f}% fewer experts/step at equal budget"),
     ("C6", "lossless (verification unchanged)", "exact", lossless),
