@@ -93,11 +93,14 @@ def _mean(values: list[float], weights: list[float]) -> float:
 
 def _why(best: PolicyResult, costs: list[CostModel], plain_step: float) -> Why:
     steps = [float(r.steps) for r in best.rows]
-    depth = _mean([float(c.tree_depth) for c in costs], steps)
     side = _mean([c.draft_time(speculative=True) for c in costs], steps)
     overridden = any(c.terms.draft_time_s is not None for c in costs)
     drafted = [c.draft is not None and not overridden and not c.experts_only for c in costs]
     books = _mean([c.spec_bookkeeping_time() if d else 0.0 for c, d in zip(costs, drafted)], steps)
+    # draft forwards a step pays, as the cost model prices them (its draft side less bookkeeping)
+    forwards = [(c.draft_time(speculative=True) - c.spec_bookkeeping_time()) / c.draft_forward_time()
+                if d and c.draft_forward_time() > 0 else 0.0 for c, d in zip(costs, drafted)]
+    depth = _mean(forwards, steps)
     level = _mean([c.terms.spec_level_s if d else 0.0 for c, d in zip(costs, drafted)], steps)
     t = best.total
     step = t.time_s / t.steps if t.steps else 0.0
