@@ -40,7 +40,7 @@ from ecosim.hybrid import write_hybrid
 from ecosim.metrics import Row
 from ecosim.placements import Placement, parse_placement
 from ecosim.policies import PolicySpec, registry
-from ecosim.readings import readings
+from ecosim.readings import POLICIES as READ_POLICIES, readings
 from ecosim.replay import TraceReplay
 from ecosim.routing import stats as routing_statistics
 from ecosim.routing.data import Routing, trace_continuation
@@ -111,7 +111,7 @@ def paper_readings(traces: Paths, hardware: str = "h200", placement: str = "tp:8
     paper's figures beside them and the split into speculation itself and cost-awareness; what
     `ecosim replay`'s verdict prints. Traces of other shapes give no reading."""
     found = _traces(traces)
-    specs = [PolicySpec(n) for n in ("ar", "ecospec-auto", "eagle2-default", "sglang-default")]
+    specs = [PolicySpec(p.name) for p in READ_POLICIES]
     results = compare([TraceReplay(t) for t in found], specs, get_device(hardware), parse_placement(placement),
                       cost or CostConfig())
     return [r.to_dict() for r in readings(results, [t.model.name for t in found])]

@@ -24,6 +24,9 @@ from ecosim.policies.presets import EAGLE2, SGLANG
 from ecosim.simulate import PolicyResult
 
 
+POLICIES = (AR, AUTO, EAGLE2, SGLANG)  # what a reading replays
+
+
 @dataclass
 class Reading:
     trace: str
