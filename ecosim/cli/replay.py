@@ -28,7 +28,7 @@ from ecosim.stream import StreamedReplay
 from ecosim.units import parse_quantity
 from ecosim.verdict import verdict
 from ecosim.trace.io import find_traces, read_trace
-from ecosim.trace.schema import provenance_notes
+from ecosim.trace.schema import MANIFEST, provenance_notes
 
 
 
@@ -168,10 +168,27 @@ def replay(
     console.print(f"[dim]not modelled: {'; '.join(NOT_MODELLED)}[/dim]")
     for note in provenance_notes(r.provenance for r in results[0].rows):
         console.print(f"[yellow]{note}[/yellow]")
+    sampled = decoding_note(paths)
+    if sampled:
+        console.print(sampled, markup=False, highlight=False)
     if place.stateful:
         console.print("[dim]the oracle under offload prices every expert as a cache hit (a looser lower bound)[/dim]")
     for i, line in enumerate(said.lines):
         console.print(line, markup=False, highlight=False, style="bold" if i == 0 else None)
+
+
+def decoding_note(paths: list[Path]) -> str:
+    """One line naming the traces sampled at T > 0 (trace format version 3), or "" where all are greedy: their
+    acceptance is that of sampling at T, and they replay under target-only verification (ecosim/sampling.py)."""
+    by: dict[str, list[str]] = {}
+    for p in paths:
+        d = json.loads((p / MANIFEST).read_text()).get("decoding") or {}
+        if d.get("mode") == "sample":
+            by.setdefault(f"sampled at T={d.get('temperature'):g} ({d.get('verify')} verification)", []).append(p.name)
+    if not by:
+        return ""
+    n = len(paths) - sum(len(v) for v in by.values())
+    return "decoding: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in by.items()) + (f"; greedy: {n} traces" if n else "")
 
 
 def serving_text(key: str, s: dict[str, object]) -> str:
