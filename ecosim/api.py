@@ -14,8 +14,9 @@ trace), in a directory you give (resumable) or a temporary one. Knobs are keywor
 What the report notebooks need besides: `devices()` (the hardware catalogue), `model_shape(name)`,
 `placement_of(text)` (a placement's type: devices, groups, stateful), `step_times(...)` (the cost
 model's seconds for given expert counts, without a trace), `unions(...)` (the experts a policy's
-tree would read at every position of a trace), and `compare_predictors(...)` with
-`predictor_tables(doc)` (`ecosim predictor compare --json` and its Markdown tables).
+tree would read at every position of a trace), `compare_predictors(...)` with
+`predictor_tables(doc)` (`ecosim predictor compare --json` and its Markdown tables), and
+`paper_readings(...)` (the paper's speedup read two ways, as `replay`'s verdict gives it).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from ecosim.hybrid import write_hybrid
 from ecosim.metrics import Row
 from ecosim.placements import Placement, parse_placement
 from ecosim.policies import PolicySpec, registry
+from ecosim.readings import POLICIES as READ_POLICIES, readings
 from ecosim.replay import TraceReplay
 from ecosim.routing import stats as routing_statistics
 from ecosim.routing.data import Routing, trace_continuation
@@ -120,6 +122,19 @@ def with_host(cost: CostConfig, host: str | Host | None, dtype: str | None) -> C
 def hosts() -> dict[str, Host]:
     """The host catalogue by name (CPU and RAM data sheets with sources, catalog/data/hosts/)."""
     return {name: load_host(name) for name in shipped_hosts()}
+
+
+def paper_readings(traces: Paths, hardware: str = "h200", placement: str = "tp:8", *,
+                   cost: CostConfig | None = None) -> list[dict[str, Any]]:
+    """The paper's speedup read two ways on each trace of a paper shape (readings.py): over plain
+    decoding (ecospec-auto / ar) and over the default trees (eagle2-default, sglang-default), with the
+    paper's figures beside them and the split into speculation itself and cost-awareness; what
+    `ecosim replay`'s verdict prints. Traces of other shapes give no reading."""
+    found = _traces(traces)
+    specs = [PolicySpec(p.name) for p in READ_POLICIES]
+    results = compare([TraceReplay(t) for t in found], specs, get_device(hardware), parse_placement(placement),
+                      cost or CostConfig())
+    return [r.to_dict() for r in readings(results, [t.model.name for t in found])]
 
 
 def devices() -> dict[str, Device]:

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ecosim.catalog.models import MODELS, get_model, in_catalogue
 from ecosim.cli import app, fail, wide_console
-from ecosim.cli.routing import print_routing_stats
+from ecosim.cli.routing import print_preset_checks, print_routing_stats
 from ecosim.hybrid import write_hybrid
 from ecosim.outputs import TRACE, check_output
 from ecosim.routing.calibrate import START, fit, moments_plain, write_preset
@@ -47,9 +47,13 @@ def inspect(
     routing: Annotated[bool, typer.Option("--routing", help="Routing statistics instead (neighbour overlap, distinct experts per window, token recall, popularity, tree overlaps); also takes routing sets and importable dumps.")] = False,
     fit_fraction: Annotated[float, typer.Option(min=0.05, max=0.95, help="With --routing: share of sequences the token table is fitted on (recall is measured on the rest).")] = 0.5,
     seed: Annotated[int, typer.Option(help="With --routing: seed of the fit/test split of sequences.")] = 0,
+    check_preset: Annotated[list[str] | None, typer.Option("--check-preset", help="With --routing: route each real set's own tokens with this preset (a shipped name or a preset file; repeat or comma-separate) and compare with the real routing on the sequences a fit with --seed and --fit-fraction leaves out (ecosim/routing/check.py).")] = None,
 ) -> None:
     """Summarise traces: model, requests by task, tree sizes, acceptance, expert usage, size on disk."""
     if routing:
+        if check_preset:
+            print_preset_checks(traces, [n.strip() for o in check_preset for n in o.split(",") if n.strip()], as_json, fit_fraction, seed)
+            return
         print_routing_stats(traces, as_json, fit_fraction, seed)
         return
     from ecosim.summary import BUDGET, summarize
