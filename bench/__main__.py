@@ -14,6 +14,7 @@ Benchmarks, in the order they run (each module's docstring defines its figures):
     tracer     tracer_hooks.py       router hooks on vs off on a tiny model's verification forward
     memory     memory.py             peak RSS of a replay vs the trace on disk; --max-memory in pieces
     quality    quality.py            time per token: ecospec (best) vs confidence (best) vs the oracle
+    quality-host quality_host.py     the same question with the experts in host memory (cpu-moe, cpu)
 
 Every figure is printed as it is measured and again in one table at the end; `--json FILE` writes
 them all with the run's date, machine and command. Timings on a shared machine are noisy: read the
@@ -33,7 +34,7 @@ from pathlib import Path
 
 from bench.common import ROOT, ROUTING, SHAPES, Report, synthetic
 
-BENCHES = ("replay", "engines", "sweep", "sweep1000", "tracer", "memory", "quality")
+BENCHES = ("replay", "engines", "sweep", "sweep1000", "tracer", "memory", "quality", "quality-host")
 
 
 def machine() -> dict[str, object]:
@@ -143,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
                 from bench import quality
 
                 quality.run(report, cache, args.quick, *((requests, positions) if args.quick else (16, 250)), routing=args.routing)
+            elif name == "quality-host":
+                from bench import quality_host
+
+                quality_host.run(report, cache, args.quick, *((requests, positions) if args.quick else (16, 250)), routing=args.routing)
         except ImportError as e:  # an optional extra (torch, ray) that is not installed
             report.skipped[name] = f"needs {e.name or e}: pip install -e '.[models,ray]'"
             print(f"  skipped: {report.skipped[name]}", flush=True)

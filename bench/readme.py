@@ -49,7 +49,8 @@ def render(doc: dict) -> str:
     if rows:
         out += ["| figure | value | target | | what |", "|---|---:|---|---|---|", *rows, ""]
 
-    configs = [k[len("quality.") : -len(".ar_ms_per_token")] for k in figs if k.startswith("quality.") and k.endswith(".ar_ms_per_token")]
+    configs = [k[len("quality.") : -len(".ar_ms_per_token")] for k in figs
+               if k.startswith("quality.") and not k.startswith("quality.host.") and k.endswith(".ar_ms_per_token")]
     if configs:
         out += ["| trace, device, placement | ar | confidence best | ecospec best (tuned) | auto (untuned) | reference | "
                 "oracle | eagle2-default | auto / confidence | auto / confidence (cv) | auto / eagle2 | confidence / eagle2 | "
@@ -76,7 +77,42 @@ def render(doc: dict) -> str:
             out.append(f"| {kind} | {len(xs)} | {sum(h) / len(h):.3f}x | {max(h):.3f}x | {sum(x > 1.03 for x in h)} "
                        f"| {sum(c) / len(c):.3f}x | {max(c):.3f}x | {sum(x > 1.03 for x in c)} |")
         out.append("")
+    out += host_tables(figs)
     return "\n".join(out)
+
+
+def host_tables(figs: dict) -> list[str]:
+    """The quality-host bench (bench/quality_host.py): one row per configuration, then the means per engine."""
+    configs = [k[len("quality.host.") : -len(".ar_ms_per_token")] for k in figs
+               if k.startswith("quality.host.") and k.endswith(".ar_ms_per_token")]
+    if not configs:
+        return []
+    out = ["| trace, host, placement, engine | ar | confidence best | auto (untuned) | llama.cpp chain | reference "
+           "| auto / confidence | auto / ar | auto of reference |", "|---|---:|---|---:|---|---:|---:|---:|---:|"]
+    for c in configs:
+        b = f"quality.host.{c}"
+        ms = lambda k: _f(figs[f"{b}.{k}_ms_per_token"]["value"], 4)  # noqa: E731
+        note = lambda k: figs[f"{b}.{k}_ms_per_token"]["note"]  # noqa: E731
+        kind = note("ar").split(",")[0]
+        out.append(f"| {c} ({kind}) | {ms('ar')} | {ms('confidence_best')} ({note('confidence_best')}) | {ms('auto')} "
+                   f"| {ms('llamacpp_default')} ({note('llamacpp_default').split(' (')[0]}) | {ms('reference')} "
+                   f"| {figs[f'{b}.auto_over_confidence']['value']:.3f}x | {figs[f'{b}.auto_over_ar']['value']:.3f}x "
+                   f"| {figs[f'{b}.auto_of_reference']['value']:.3f} |")
+    out.append("")
+    means = sorted({k[len("quality.host.mean.") :].rsplit(".", 1)[0] for k in figs if k.startswith("quality.host.mean.")})
+    if means:
+        out += ["| engine | configurations | auto / confidence best: mean (target >= 1.15) | auto / ar: worst (>= 1) "
+                "| auto of reference: worst (>= 0.9) | confidence best / ar: mean | auto / llama.cpp chain: mean |",
+                "|---|---:|---:|---:|---:|---:|---:|"]
+        for e in means:
+            g = lambda k: figs[f"quality.host.mean.{e}.{k}"]  # noqa: E731
+            mark = lambda k: "" if g(k)["met"] is None else (" (met)" if g(k)["met"] else " (**missed**)")  # noqa: E731
+            out.append(f"| {e} | {g('auto_over_confidence')['note'].split()[1]} | {g('auto_over_confidence')['value']:.3f}x{mark('auto_over_confidence')} "
+                       f"| {g('auto_over_ar_min')['value']:.3f}x{mark('auto_over_ar_min')} "
+                       f"| {g('auto_of_reference_min')['value']:.3f}{mark('auto_of_reference_min')} "
+                       f"| {g('confidence_over_ar')['value']:.3f}x | {g('auto_over_llamacpp')['value']:.3f}x |")
+        out.append("")
+    return out
 
 
 if __name__ == "__main__":

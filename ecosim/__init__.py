@@ -10,13 +10,13 @@ needs nothing but `import ecosim` (tests/test_layers.py keeps reports/ to that).
 
 from ecosim.version import __version__  # noqa: I001  (first: modules below read it)
 from ecosim.api import replay, sweep  # the Python API (api.py); shadows the modules' names on the package
-from ecosim.api import (compare_predictors, devices, model_shape, placement_of, predictor_tables, published,
+from ecosim.api import (compare_predictors, devices, hosts, model_shape, paper_readings, placement_of, predictor_tables, published,
                         routing_stats,
                         scale_distinct, step_times, synthetic, unions)
 from ecosim.policies import PolicySpec
 from ecosim.routing.importers import import_routing
 from ecosim.trace.io import Trace, find_traces, read_trace
 
-__all__ = ["PolicySpec", "Trace", "__version__", "compare_predictors", "devices", "find_traces", "import_routing",
-           "model_shape", "placement_of", "predictor_tables", "published", "read_trace", "replay", "routing_stats", "scale_distinct",
+__all__ = ["PolicySpec", "Trace", "__version__", "compare_predictors", "devices", "find_traces", "hosts", "import_routing",
+           "model_shape", "paper_readings", "placement_of", "predictor_tables", "published", "read_trace", "replay", "routing_stats", "scale_distinct",
            "step_times", "sweep", "synthetic", "unions"]

@@ -14,12 +14,14 @@ trace), in a directory you give (resumable) or a temporary one. Knobs are keywor
 What the report notebooks need besides: `devices()` (the hardware catalogue), `model_shape(name)`,
 `placement_of(text)` (a placement's type: devices, groups, stateful), `step_times(...)` (the cost
 model's seconds for given expert counts, without a trace), `unions(...)` (the experts a policy's
-tree would read at every position of a trace), and `compare_predictors(...)` with
-`predictor_tables(doc)` (`ecosim predictor compare --json` and its Markdown tables).
+tree would read at every position of a trace), `compare_predictors(...)` with
+`predictor_tables(doc)` (`ecosim predictor compare --json` and its Markdown tables), and
+`paper_readings(...)` (the paper's speedup read two ways, as `replay`'s verdict gives it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -30,6 +32,9 @@ import polars as pl
 
 from ecosim.analysis import predictor_compare as pc
 from ecosim.catalog.devices import DEVICES, Device, get_device
+from ecosim.catalog.dtypes import BITS
+from ecosim.catalog.hosts import Host, load_host
+from ecosim.catalog.hosts import shipped as shipped_hosts
 from ecosim.catalog.models import ModelShape, get_model, shape_of
 from ecosim.catalog.serving import load_serving
 from ecosim.cost import CostConfig, CostModel
@@ -39,6 +44,7 @@ from ecosim.hybrid import write_hybrid
 from ecosim.metrics import Row
 from ecosim.placements import Placement, parse_placement
 from ecosim.policies import PolicySpec, registry
+from ecosim.readings import POLICIES as READ_POLICIES, readings
 from ecosim.replay import TraceReplay
 from ecosim.routing import stats as routing_statistics
 from ecosim.routing.data import Routing, trace_continuation
@@ -78,7 +84,8 @@ def _schema() -> dict[str, pl.DataType]:
 
 def replay(traces: Paths, policy: str | PolicySpec | Sequence[str | PolicySpec] | None = None, hardware: str = "h200",
            placement: str = "hbm", *, bw: float | str | None = None, cost: CostConfig | None = None,
-           total: bool | None = None, draft_steps: int | None = None, **knobs: Any) -> pl.DataFrame:
+           host: str | Host | None = None, dtype: str | None = None, total: bool | None = None,
+           draft_steps: int | None = None, **knobs: Any) -> pl.DataFrame:
     """Replay policies over traces (paths, folders searched for traces, or `Trace` objects).
 
     `policy`: a name, a PolicySpec, a list of them, or None for every registered policy; `knobs`
@@ -86,9 +93,11 @@ def replay(traces: Paths, policy: str | PolicySpec | Sequence[str | PolicySpec] 
     `hardware`: a catalogue name or a profile file; `bw` overrides its HBM bandwidth (bytes/s, or
     the CLI's text: "1TB/s"). `total`: the pooled row per policy over all traces (trace "total":
     totals of tokens, steps, loads and time, not a mean of ratios); None: only with several traces,
-    True: always, False: never. `draft_steps`: the setting's draft steps N (`--draft-steps`): each
-    trace's trees cut to depth N before the policies select (`ecosim.trace.truncate`), each step
-    priced for the steps it drafts (policies/base.py DRAFTING_RULE); None: the recorded depth.
+    True: always, False: never. `host` (a catalogue host, a host file or a Host) and `dtype` (bf16, fp8, a GGUF
+    type such as q4_k_m) are CostConfig's --host and --dtype (placements cpu-moe[:N] and cpu need a host).
+    `draft_steps`: the setting's draft steps N (`--draft-steps`): each trace's trees cut to depth N
+    before the policies select (`ecosim.trace.truncate`), each step priced for the steps it drafts
+    (policies/base.py DRAFTING_RULE); None: the recorded depth.
     Columns: policy, each knob, label, then `metrics.Row.to_dict()`'s fields.
     """
     found = _traces(traces)
@@ -98,12 +107,39 @@ def replay(traces: Paths, policy: str | PolicySpec | Sequence[str | PolicySpec] 
     if isinstance(bw, str):
         bw = parse_quantity(bw, "bandwidth")
     device = get_device(hardware).replace(hbm_bw=bw)
+    config = with_host(cost or CostConfig(), host, dtype)
     replays = [TraceReplay(at_steps(t, draft_steps)) for t in found]
-    results = compare(replays, specs, device, parse_placement(placement), cost or CostConfig())
+    results = compare(replays, specs, device, parse_placement(placement), config)
     rows = [_record(r.spec, row) for r in results for row in r.rows]
     if total or (total is None and len(found) > 1):
         rows += [_record(r.spec, r.total) | {"trace": "total"} for r in results]
     return pl.DataFrame(rows, schema=_schema())
+
+
+def with_host(cost: CostConfig, host: str | Host | None, dtype: str | None) -> CostConfig:
+    """`cost` with --host and --dtype set where given (a host by name or file is loaded, a dtype checked)."""
+    if dtype is not None and dtype not in BITS:
+        raise EcoSimError(f"dtype {dtype!r} unknown; known: {', '.join(BITS)}")
+    h = load_host(host) if isinstance(host, str) else host
+    return dataclasses.replace(cost, **{k: v for k, v in (("host", h), ("dtype", dtype)) if v is not None})
+
+
+def hosts() -> dict[str, Host]:
+    """The host catalogue by name (CPU and RAM data sheets with sources, catalog/data/hosts/)."""
+    return {name: load_host(name) for name in shipped_hosts()}
+
+
+def paper_readings(traces: Paths, hardware: str = "h200", placement: str = "tp:8", *,
+                   cost: CostConfig | None = None) -> list[dict[str, Any]]:
+    """The paper's speedup read two ways on each trace of a paper shape (readings.py): over plain
+    decoding (ecospec-auto / ar) and over the default trees (eagle2-default, sglang-default), with the
+    paper's figures beside them and the split into speculation itself and cost-awareness; what
+    `ecosim replay`'s verdict prints. Traces of other shapes give no reading."""
+    found = _traces(traces)
+    specs = [PolicySpec(p.name) for p in READ_POLICIES]
+    results = compare([TraceReplay(t) for t in found], specs, get_device(hardware), parse_placement(placement),
+                      cost or CostConfig())
+    return [r.to_dict() for r in readings(results, [t.model.name for t in found])]
 
 
 def devices() -> dict[str, Device]:
@@ -125,13 +161,13 @@ def placement_of(text: str) -> Placement:
 
 def step_times(model: str | ModelShape, hardware: str | Device, experts: np.ndarray, tokens: np.ndarray,
                context: np.ndarray, *, placement: str = "hbm", cost: CostConfig | None = None,
-               speculative: bool = False) -> np.ndarray:
+               host: str | Host | None = None, dtype: str | None = None, speculative: bool = False) -> np.ndarray:
     """Seconds of batch-1 steps priced by the cost model (cost.py) without a trace: step i verifies
     `tokens[i]` tokens after `context[i]` and reads `experts[i, l]` distinct experts in MoE layer l
     (`experts`: (steps, moe_layers))."""
     shape = shape_of(model)
     device = get_device(hardware) if isinstance(hardware, str) else hardware
-    c = CostModel(shape, device, parse_placement(placement), cost or CostConfig())
+    c = CostModel(shape, device, parse_placement(placement), with_host(cost or CostConfig(), host, dtype))
     return c.step_times(np.asarray(experts), np.asarray(tokens), np.asarray(context), speculative)
 
 

@@ -48,8 +48,10 @@ import numpy as np
 
 from ecosim.catalog.devices import Device
 from ecosim.catalog.drafts import DraftCost
+from ecosim.catalog.dtypes import BITS, at_dtype
+from ecosim.catalog.hosts import Host, load_host
 from ecosim.catalog.models import ModelShape
-from ecosim.catalog.serving import DEFAULT_SERVING, MEASURED, ServingProfile, load_serving
+from ecosim.catalog.serving import DEFAULT_SERVING, HOST_DEFAULTS, MEASURED, ServingProfile, load_serving
 from ecosim.options import choice, duration, fraction, option
 from ecosim.placements import Hbm, Placement
 
@@ -86,6 +88,28 @@ class CostConfig:
     overlap: Literal["max", "sum"] | None = field(default=None, metadata=option(
         "--overlap", "How memory and compute time combine: max (they overlap: GPUs) or sum (CPUs); default: the "
         "hardware or serving profile's.", choice("max", "sum")))
+    host: Host | None = field(default=None, metadata=option(
+        "--host", "Host machine whose RAM and CPU hold the routed experts under --placement cpu-moe[:N] or the whole "
+        "model under cpu: a catalogue host (xeon-6454s-1s, xeon-6454s-2s, epyc-9654-1s, epyc-9355-1s, desktop-ddr5-2ch, validate-cpu) "
+        "or a host .json (a `validate calibrate` profile too); default: none.", load_host))
+    dtype: str | None = field(default=None, metadata=option(
+        "--dtype", "Weights stored as this type (bits per weight, block scales included): bf16, fp8, int8, mxfp4, nvfp4 "
+        "or a GGUF type (q8_0, q6_k, q5_k_m, q4_k_m, q4_k, q4_0, iq4_xs, q3_k, q2_k, iq2_xxs, ...); default: the "
+        "model's own.", choice(*BITS)))
+
+
+def cost_doc(config: CostConfig) -> dict[str, Any]:
+    """The config as a sweep id hashes it: the host-memory fields (--host, --dtype) only where given, so the ids of
+    every sweep priced without them stay as they were."""
+    doc = asdict(config)
+    for k in ("host", "dtype"):
+        if doc[k] is None:
+            del doc[k]
+    if isinstance(doc.get("serving"), dict):  # a profile's host terms likewise, at their defaults
+        for k, default in HOST_DEFAULTS.items():
+            if doc["serving"].get(k) == default:
+                del doc["serving"][k]
+    return doc
 
 
 @lru_cache(maxsize=None)
@@ -120,10 +144,15 @@ class Terms:
     spec_overlap: bool
     draft_time_s: float | None
 
+    @staticmethod
+    def profile(config: CostConfig, device: Device) -> ServingProfile:
+        """The serving profile in force: --profile, else the device's own, else (a measured device, which
+        claims nothing it did not measure) MEASURED, else the default."""
+        return config.serving or device.serving or (MEASURED if device.step_overhead_s is not None else _default_serving())
+
     @classmethod
     def resolve(cls, config: CostConfig, device: Device) -> Terms:
-        # a measured device (validate calibrate) without serving terms claims nothing it did not measure
-        s = config.serving or device.serving or (MEASURED if device.step_overhead_s is not None else _default_serving())
+        s = cls.profile(config, device)
         return cls(
             serving=s.name,
             step_fixed_s=_first(config.step_overhead_s, device.step_overhead_s, s.step_fixed_s),
@@ -164,9 +193,27 @@ class CostModel:
     tree_depth: int = 0  # the setting's draft steps N: at most N draft forwards per step (the trace's depth, cut or recorded)
     draft: DraftCost | None = None  # one draft forward's cost; None: no draft model
     terms: Terms = field(init=False)
+    engine: ServingProfile = field(init=False)  # the serving profile in force (its host_* terms price host layers)
+    host_mask: np.ndarray | None = field(init=False)  # (MoE layers,) the layers whose experts the host computes
 
     def __post_init__(self) -> None:
+        if self.config.dtype is not None:  # --dtype: the shape's weights stored at that type (catalog/dtypes.py)
+            self.model = at_dtype(self.model, self.config.dtype)
+        self.host_mask = self.placement.host_layers(self.model)
+        if self.host_mask is not None and not self.host_mask.any():
+            self.host_mask = None
+        if self.placement.on_host or self.host_mask is not None:
+            from ecosim.placements.host_capacity import need_host
+
+            host = need_host(self.placement, self.config.host)
+            if self.placement.on_host:  # the host is the device (hosts.py: Host.as_device)
+                self.device = host.as_device()
         self.terms = Terms.resolve(self.config, self.device)
+        self.engine = Terms.profile(self.config, self.device)
+
+    @property
+    def host(self) -> Host | None:
+        return self.config.host
 
     @property
     def experts_only(self) -> bool:
@@ -211,7 +258,7 @@ class CostModel:
 
     def check(self, context_tokens: int) -> None:
         """Refuse a placement whose weights and KV do not fit a device (placements/base.py)."""
-        self.placement.check(self.model, self.device, context_tokens, self.terms.memory_fraction)
+        self.placement.check(self.model, self.device, context_tokens, self.terms.memory_fraction, host=self.config.host)
 
     def draft_forward_time(self) -> float:
         """Seconds of one draft forward: its kernels, its bytes (sharded like the dense weights)
@@ -307,9 +354,21 @@ class CostModel:
         """
         per_group = union if union.ndim == 3 else union[..., None]
         t = self.device_layer_times(per_group, tokens).max(axis=-1) + self.collective_time(tokens)[:, None]
+        if self.host_mask is not None:  # the host's layers (cpu-moe[:N], cpu): one group, priced by host_cost
+            mask = self.host_mask
+            t[:, mask] = host_layer_times(self, per_group[:, mask, 0], tokens)
         if misses is not None:
             t = t + self.copy_time(misses)
         return t
+
+    def layer_table(self, union: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """F(u, n) of one MoE layer for a selection pricer (marginal.py): `union` (tokens, u values, groups).
+        With some layers on the host and the rest on the device (cpu-moe:N), the layers' mean of the two."""
+        device = self.device_layer_times(union, tokens).max(axis=-1) + self.collective_time(tokens)[:, None]
+        if self.host_mask is None:
+            return device
+        share = float(self.host_mask.mean())
+        return share * host_layer_times(self, union[..., 0], tokens) + (1 - share) * device
 
     def dense_flops(self, tokens: np.ndarray) -> np.ndarray:
         """FLOPs of the dense GEMMs per step (all devices): 2 n P_dense; with `act_quant` the W8A8 GEMMs (every dense
@@ -360,6 +419,14 @@ class CostModel:
         if self.device.graph_node_s:  # a platform's own cost per kernel node (devices.py), named where it applies
             used["graph_node_s"] = self.device.graph_node_s
         used["draft_time_s"] = self.draft_time(speculative=True)
+        if self.host_mask is not None and self.host is not None:  # the host's terms, where it computes experts
+            h, e = self.host, self.engine
+            used["host"] = {"name": h.name, "layers": int(self.host_mask.sum()), "bandwidth": h.bandwidth,
+                            "read_efficiency": h.read_efficiency * e.host_read_efficiency, "gemv_flops": h.gemv_flops,
+                            "gemm_flops": h.gemm_flops * e.host_gemm_efficiency, "gemm_rows": h.gemm_rows,
+                            "overlap": h.overlap, "layer_s": e.host_layer_s}
+        if self.config.dtype is not None:
+            used["dtype"] = self.config.dtype
         return used
 
     def describe(self) -> dict[str, object]:
@@ -376,3 +443,28 @@ class CostModel:
             "draft": asdict(self.draft) if self.draft else None,
             "not_modelled": list(NOT_MODELLED),
         }
+
+
+def host_layer_times(cost: CostModel, union: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Seconds of MoE layers whose routed experts the host computes (cpu-moe[:N], cpu): (steps, layers).
+
+        t = comb_host( u e / (B_host eta_read eta_engine),  2 n k P_e / F(n) )  [+ 2 n h a / B_pcie]  + t_layer
+        F(1) = gemv_flops;  F(n > 1) = gemm_flops eta_gemm min(1, m / gemm_rows),  m = n k / u
+
+    (hosts.py; comb_host: the host's overlap, max or sum). The PCIe term is the hidden states' round trip to the
+    CPU and back (cpu-moe only: under cpu they never leave the host); t_layer the engine's synchronisation per host
+    layer (ServingProfile.host_layer_s). Under experts-only: the union's bytes at the raw host bandwidth."""
+    host, m, e = cost.host, cost.model, cost.engine
+    assert host is not None
+    memory = union * float(m.expert_bytes) / host.bandwidth
+    if cost.experts_only:
+        return memory
+    memory = memory / (host.read_efficiency * e.host_read_efficiency)
+    n = tokens.astype(np.float64)[:, None]
+    per_expert = n * m.top_k / np.maximum(union, 1)
+    rate = host.flops(n, per_expert) * np.where(n > 1, e.host_gemm_efficiency, 1.0)
+    compute = 2.0 * n * m.top_k * m.expert_params / rate
+    t = np.maximum(memory, compute) if host.overlap == "max" else memory + compute
+    if not cost.placement.on_host:
+        t = t + 2.0 * n * m.hidden_size * ACT_BYTES / cost.device.pcie_bw
+    return t + e.host_layer_s

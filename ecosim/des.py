@@ -24,7 +24,7 @@ import numpy as np
 import simpy
 
 from ecosim import bitsets
-from ecosim.cost import CostModel
+from ecosim.cost import CostModel, host_layer_times
 from ecosim.errors import EcoSimError
 from ecosim.metrics import Row
 from ecosim.policies import PolicySpec
@@ -177,6 +177,8 @@ class _Server:
         self.loads += int(bitsets.count(union).sum())
         per_device = cost.placement.union_per_group(union[None], self.num_experts)  # (1, layers, groups)
         device_t = cost.device_layer_times(per_device, tokens)[0]
+        if cost.host_mask is not None:  # layers whose experts the host computes (cpu-moe[:N], cpu): cost.py's host_layer_times
+            device_t[cost.host_mask, 0] = host_layer_times(cost, per_device[:, cost.host_mask, 0], tokens)[0]
         a2a = float(cost.collective_time(tokens)[0])
         copy_t = np.zeros(self.layers)
         if self.cache is not None:

@@ -47,8 +47,10 @@ import numpy as np
 
 from ecosim.catalog.devices import get_device
 from ecosim.catalog.drafts import draft_cost
+from ecosim.catalog.dtypes import at_dtype
 from ecosim.catalog.models import ModelShape, get_model, in_catalogue
-from ecosim.catalog.serving import ServingProfile
+from ecosim.catalog.hosts import load_host
+from ecosim.catalog.serving import ServingProfile, load_serving
 from ecosim.cost import CostConfig, CostModel
 from ecosim.errors import EcoSimError
 from ecosim.placements import parse_placement
@@ -60,14 +62,14 @@ from ecosim.trace.io import Trace, full_manifest
 
 PUBLISHED = Path(__file__).parent / "catalog" / "data" / "published.json"
 FREE = ("step_fixed_s", "kernel_latency_s", "collective_latency_s", "spec_level_s", "spec_sync_s")
-BITS = {"bf16": 16.0, "fp8": 8.0, "int8": 8.0, "mxfp4": 4.25, "nvfp4": 4.5}  # per weight, block scales included
-# Weight formats whose engines quantise activations in a kernel of their own before each GEMM (ModelShape.act_quant):
-# block FP8 (DeepSeek's and Qwen's FP8 checkpoints, W8A8 in SGLang and vLLM). Not nvfp4 (TensorRT-LLM fuses the
-# BF16->NVFP4 quantisation into its all-reduce + RMSNorm kernel, tech blog 1's Module9), mxfp4 (Hopper: BF16
-# activations), int8 (weight-only where a row does not say otherwise), bf16.
-ACT_QUANT = ("fp8",)
+# Rows whose sim names an engine profile of their own (`sim.profile`: llama.cpp, KTransformers, ...) are fitted apart,
+# on their own fit rows, over the terms such an engine adds: a fixed time per step, its GPU kernels' latency, and a
+# time per host layer.
+HOST_FREE = ("step_fixed_s", "kernel_latency_s", "host_layer_s")
 PLAIN = ("decode_tok_s", "decode_ms_per_token")
-METRICS = (*PLAIN, "spec_speedup", "spec_tok_s", "verify_step_ratio")
+# step_ratio: a forward of `sim.tokens` consecutive tokens over a forward of one (llama-bench pp with n_ubatch = n):
+# how a verification step's time grows with its tokens, the draft left out.
+METRICS = (*PLAIN, "spec_speedup", "spec_tok_s", "verify_step_ratio", "step_ratio")
 POSITIONS = 64  # per request of a synthetic trace; 2 requests
 
 
@@ -134,18 +136,6 @@ def model_label(sim: dict[str, Any]) -> str:
     return get_model(_model(sim)).name
 
 
-def at_dtype(shape: ModelShape, dtype: str) -> ModelShape:
-    """The shape with routed experts stored at `dtype`; a BF16 model served in FP8/INT8 halves its
-    dense weights too (the BF16 LM head excepted); block FP8 quantises activations in kernels of their own."""
-    bpp = BITS[dtype] / 8
-    dense = shape.dense_bytes
-    if bpp == 1.0 and shape.bytes_per_param == 2.0:
-        head = shape.vocab_size * shape.hidden_size * 2
-        dense = head + (dense - head) // 2
-    return dataclasses.replace(shape, expert_bytes=round(shape.expert_params * bpp), dense_bytes=int(dense),
-                               bytes_per_param=bpp, act_quant=dtype in ACT_QUANT, name=f"{shape.name} ({dtype})")
-
-
 @dataclass(frozen=True)
 class Linear:
     """Seconds as r + f . theta over the free constants FREE."""
@@ -201,7 +191,8 @@ def _linear(replay: TraceReplay, spec: PolicySpec, costs: list[CostModel], per: 
     return Linear(t[0], tuple(x - t[0] for x in t[1:]))
 
 
-def _costs(shape: ModelShape, sim: dict[str, Any], base: ServingProfile, depth: int) -> list[CostModel]:
+def _costs(shape: ModelShape, sim: dict[str, Any], base: ServingProfile, depth: int,
+           free: tuple[str, ...] = FREE) -> list[CostModel]:
     device = get_device(sim["hardware"])
     if int(sim.get("nodes", 1)) > 1:  # the placement spans nodes: its collectives cross the inter-node fabric
         device = device.across_nodes()
@@ -210,29 +201,63 @@ def _costs(shape: ModelShape, sim: dict[str, Any], base: ServingProfile, depth: 
     draft = draft_cost({"kind": sim.get("draft", "eagle3")}, shape)
     out = []
     engine = ServingProfile.from_dict(sim.get("serving") or {}, base)  # the row's declared engine terms, checked
-    for unit in (None, *FREE):
-        prof = engine.replace(**{k: (1.0 if k == unit else 0.0) for k in FREE})
-        out.append(CostModel(shape, device, place, CostConfig(serving=prof), tree_depth=depth, draft=draft))
+    host = load_host(sim["host"]) if sim.get("host") else None  # experts in host RAM (cpu-moe[:N], cpu)
+    for unit in (None, *free):
+        prof = engine.replace(**{k: (1.0 if k == unit else 0.0) for k in free})
+        out.append(CostModel(shape, device, place, CostConfig(serving=prof, host=host), tree_depth=depth, draft=draft))
     out[0].check(int(sim["context"]) + POSITIONS + 64)
     return out
 
 
-def price_row(row: dict[str, Any], base: ServingProfile) -> Priced:
+def price_row(row: dict[str, Any], base: ServingProfile, free: tuple[str, ...] = FREE) -> Priced:
     """The row's times under `base` with theta free (see the module docstring)."""
-    return _price(json.dumps(row["sim"], sort_keys=True), row["metric"] in PLAIN, base)
+    kind = "plain" if row["metric"] in PLAIN else "ratio" if row["metric"] == "step_ratio" else "spec"
+    return _price(json.dumps(row["sim"], sort_keys=True), kind, base, free)
+
+
+def _shape(sim: dict[str, Any]) -> ModelShape:
+    """The row's model at its dtype, with `sim.top_k` experts per token where it selects fewer (KTransformers'
+    "6 experts" runs of an 8-expert model)."""
+    shape = at_dtype(get_model(_model(sim)), sim["dtype"])
+    return dataclasses.replace(shape, top_k=int(sim["top_k"])) if sim.get("top_k") else shape
+
+
+def _ratio(replay: TraceReplay, costs: list[CostModel], n: int, ctx: int) -> Priced:
+    """A forward of n consecutive tokens against one: the union of n consecutive continuation tokens' experts
+    (ar's steps, within a request), priced as plain forwards of n and of 1 tokens."""
+    steps = replay.steps(PolicySpec("ar"))
+    req, bits = steps.request, steps.bits
+    starts = [i for i in range(len(req) - n + 1) if req[i] == req[i + n - 1]]
+    union = np.stack([np.bitwise_or.reduce(bits[i:i + n], axis=0) for i in starts])
+    one = bits[starts]
+
+    def lin(u: np.ndarray, tokens: int) -> Linear:
+        t = []
+        for c in costs:
+            per = c.placement.union_per_group(u, c.model.num_experts)
+            tok = np.full(len(u), tokens)
+            t.append(float(c.step_times(per, tok, np.full(len(u), ctx), speculative=False).mean()))
+        return Linear(t[0], tuple(x - t[0] for x in t[1:]))
+
+    single = lin(one, 1)
+    return Priced(single, spec_step=lin(union, n), plain_step=single, spec_token=single)
 
 
 @lru_cache(maxsize=256)
-def _price(sim_json: str, plain: bool, base: ServingProfile) -> Priced:
+def _price(sim_json: str, kind: str, base: ServingProfile, free: tuple[str, ...] = FREE) -> Priced:
     """price_row's work, shared by rows of one setting (a tok/s row and its speedup row)."""
     sim = json.loads(sim_json)
-    shape = at_dtype(get_model(_model(sim)), sim["dtype"])
+    shape = _shape(sim)
     ctx = int(sim["context"])
+    plain = kind != "spec"
     routed = _synth(sim, not plain)  # read once: the bisection below only changes the acceptance knob
     if plain:
         replay = TraceReplay(_trace(shape, dataclasses.replace(routed, requests=2, positions=POSITIONS, depth=1, topk=1,
                                                                max_nodes=1, prompt_len=ctx)))
-        return Priced(_linear(replay, PolicySpec("ar"), _costs(shape, sim, base, 0), "token"))
+        costs = _costs(shape, sim, base, 0, free)
+        if kind == "ratio":
+            return _ratio(replay, costs, int(sim["tokens"]), ctx)
+        return Priced(_linear(replay, PolicySpec("ar"), costs, "token"))
     depth, topk, verified = int(sim["depth"]), int(sim["topk"]), int(sim["verified"])
     budget = verified - 1
     nodes = max(budget, min(topk + (depth - 1) * topk * topk, 64))
@@ -255,7 +280,7 @@ def _price(sim_json: str, plain: bool, base: ServingProfile) -> Priced:
         lo, hi = (mid, hi) if al < sim["accept_len"] else (lo, mid)
     assert best is not None
     knob, replay, al = best
-    costs = _costs(shape, sim, base, depth)
+    costs = _costs(shape, sim, base, depth, free)
     return Priced(_linear(replay, PolicySpec("ar"), costs, "token"), _linear(replay, spec, costs, "token"),
                   _linear(replay, spec, costs, "step"), _linear(replay, PolicySpec("ar"), costs, "step"), al, knob)
 
@@ -299,7 +324,7 @@ def fit_theta(rows: list[dict[str, Any]], priced: dict[str, Priced]) -> np.ndarr
     lin = [_time(r, priced[r["id"]]) for r in use]
     X = np.array([x.f for x in lin]) / y[:, None]
     b = (y - np.array([x.r for x in lin])) / y
-    n = len(FREE)
+    n = X.shape[1]
     best, err = np.zeros(n), float(np.sum(b**2))
     for k in range(1, n + 1):
         for cols in itertools.combinations(range(n), k):
@@ -321,20 +346,42 @@ class Result:
     error: float  # (predicted - published) / published
     loo_error: float | None  # the same with theta fitted without this row (fit rows only)
     accept_len: float | None
+    terms: dict[str, float] | None = None  # an engine profile's own fitted terms (rows with sim.profile), else None
 
 
 def run(base: ServingProfile, fit: bool = True, rows: list[dict[str, Any]] | None = None,
         progress: Callable[[str], None] | None = None) -> tuple[list[Result], np.ndarray, list[dict[str, Any]]]:
-    """Predict every row; returns the results, the theta used, and the rows not predicted."""
+    """Predict every row; returns the results, the theta used, and the rows not predicted. Rows naming an engine
+    profile (`sim.profile`) are fitted apart over HOST_FREE, each group on its own fit rows; their terms are in
+    each Result's `terms`."""
     rows = load_rows() if rows is None else rows
     todo = [r for r in rows if r.get("sim")]
+    groups: dict[str | None, list[dict[str, Any]]] = {}
+    for r in todo:
+        groups.setdefault(r["sim"].get("profile"), []).append(r)
+    results: dict[str, Result] = {}
+    theta = np.array([getattr(base, k) for k in FREE])
+    for name, members in groups.items():
+        b, free = (base, FREE) if name is None else (load_serving(name), HOST_FREE)
+        got, th = _run_group(b, free, fit, members, progress)
+        results.update({x.row["id"]: x for x in got})
+        if name is None:
+            theta = th
+        else:
+            for x in got:
+                x.terms = dict(zip(free, map(float, th)))
+    return [results[r["id"]] for r in todo], theta, [r for r in rows if not r.get("sim")]
+
+
+def _run_group(base: ServingProfile, free: tuple[str, ...], fit: bool, todo: list[dict[str, Any]],
+               progress: Callable[[str], None] | None) -> tuple[list[Result], np.ndarray]:
     priced: dict[str, Priced] = {}
     for r in todo:
         if progress:
             progress(r["id"])
-        priced[r["id"]] = price_row(r, base)
+        priced[r["id"]] = price_row(r, base, free)
     fit_rows = [r for r in todo if r.get("fit")]
-    theta = fit_theta(fit_rows, priced) if fit else np.array([getattr(base, k) for k in FREE])
+    theta = fit_theta(fit_rows, priced) if fit and fit_rows else np.array([getattr(base, k) for k in free])
     out = []
     for r in todo:
         p = priced[r["id"]]
@@ -344,7 +391,7 @@ def run(base: ServingProfile, fit: bool = True, rows: list[dict[str, Any]] | Non
             others = [x for x in fit_rows if x["id"] != r["id"]]
             loo = predict(r, p, fit_theta(others, priced)) / r["value"] - 1 if others else None
         out.append(Result(r, pred, pred / r["value"] - 1, loo, p.accept_len))
-    return out, theta, [r for r in rows if not r.get("sim")]
+    return out, theta
 
 
 def summary(results: list[Result]) -> dict[str, Any]:
@@ -360,7 +407,8 @@ def summary(results: list[Result]) -> dict[str, Any]:
                 "within_10pct": int((a <= 0.10).sum())}
 
     apart = [x for x in results if x.row.get("separate")]
-    results = [x for x in results if not x.row.get("separate")]
+    host = [x for x in results if x.row["sim"].get("profile") and not x.row.get("separate")]  # engines fitted apart
+    results = [x for x in results if not x.row.get("separate") and not x.row["sim"].get("profile")]
     plain = [x for x in results if x.row["metric"] in PLAIN]
     out: dict[str, Any] = {
         "plain_all": stats([x.error for x in plain]),
@@ -374,6 +422,11 @@ def summary(results: list[Result]) -> dict[str, Any]:
     out["spec_tok_s"] = stats([x.error for x in results if x.row["metric"] == "spec_tok_s"])
     out["verify_step_ratio"] = stats([x.error for x in results if x.row["metric"] == "verify_step_ratio"])
     out["separate"] = [{"id": x.row["id"], "metric": x.row["metric"], "error": x.error, "why": x.row["separate"]} for x in apart]
+    if host:  # experts in host memory: each engine profile fitted on its own rows (absent where a table has none)
+        hp = [x for x in host if x.row["metric"] in PLAIN]
+        out["host_plain_held_out"] = stats([x.error for x in hp if not x.row.get("fit")])
+        out["host_plain_fit_set"] = stats([x.error for x in hp if x.row.get("fit")])
+        out["host_step_ratio"] = stats([x.error for x in host if x.row["metric"] == "step_ratio" and not x.row.get("fit")])
     return out
 
 

@@ -77,7 +77,7 @@ class StepPricer:
         # is group 0's time (a group's time never falls as it reads more), plus the collectives.
         union = np.zeros((len(tokens), per_group + 1, len(masks)))
         union[:, :, 0] = np.arange(per_group + 1)
-        layer = cost.layer_times(union, tokens).T
+        layer = cost.layer_table(union, tokens).T
         copy = float(cost.copy_time(np.ones(1))[0]) if p.stateful else 0.0
         layer = np.ascontiguousarray(layer)
         return cls(layer, copy, cost.draft_time(speculative=True), masks, m.num_moe_layers, m.num_experts, cost,

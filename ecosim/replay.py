@@ -278,4 +278,5 @@ def summarize(replay: TraceReplay, steps: Steps, cost: CostModel, cache: bool = 
     """Price `steps` and total them into a Row for `replay`'s trace (of `requests` requests)."""
     times, misses = replay.price(steps, cost, cache=cache, key=key)
     loads = int(bitsets.count(steps.bits).sum()) if len(steps) else 0
-    return make_row(replay.trace, steps, len(steps), loads, float(misses.sum()), float(times.sum()), requests)
+    return make_row(replay.trace, steps, len(steps), loads, float(misses.sum()), float(times.sum()), requests,
+                    expert_bytes=cost.model.expert_bytes)

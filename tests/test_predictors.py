@@ -278,6 +278,48 @@ def test_cli_train_eval_replay_end_to_end(traces: dict[str, Path], tmp_path: Pat
         assert json.loads(out)["totals"][0]["tokens"] == SMALL["requests"] * SMALL["positions"]
 
 
+def test_train_on_a_folder_then_eval_on_it_scores_every_held_out_request_and_names_the_skipped(
+        tmp_path: Path) -> None:
+    """The first thing anyone does, on the committed traces, as a user runs it: train on `traces/`,
+    evaluate on `traces/`. Every request held out (of any trace) is scored; a trace the draw held out
+    none of is skipped and named in one line; --unheld-in-sample scores it in-sample instead."""
+    root = Path(__file__).resolve().parent.parent
+
+    def ecosim(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ecosim.cli", *args], capture_output=True, text=True, cwd=root, timeout=600)
+
+    f = tmp_path / "P.npz"
+    r = ecosim("predictor", "train", "traces/", "--kind", "token", "--out", str(f), "--json")
+    assert r.returncode == 0, r.stderr
+    record = {t["name"]: t for t in json.loads(r.stdout)["training"]["traces"]}
+    held = {n: t["heldout_requests"] for n, t in record.items() if t["heldout_requests"]}
+    none = sorted(set(record) - set(held))
+    assert held and none  # seed 0 on the committed traces: eagle3-qa's four requests are all trained on
+
+    r = ecosim("predictor", "eval", str(f), "traces/", "--json")
+    assert r.returncode == 0, r.stderr
+    ev = json.loads(r.stdout)
+    assert {t["trace"]: t["requests"] for t in ev["traces"]} == held
+    assert all(t["split"] == "held out" for t in ev["traces"])
+    assert [s["trace"] for s in ev["skipped"]] == none
+    assert ev["total"]["rows"] == sum(t["rows"] for t in ev["traces"]) and 0.0 < ev["total"]["recall"] < 1.0
+    (line,) = [x for x in r.stderr.splitlines() if "skipped" in x]
+    assert all(n in line for n in none) and "warning" not in r.stderr  # nothing scored in-sample
+
+    r = ecosim("predictor", "eval", str(f), "traces/")  # the table says the same in its last line
+    assert r.returncode == 0, r.stderr
+    assert "total" in r.stdout and f"skipped {len(none)} trace(s)" in r.stdout.replace("\n", " ")
+
+    r = ecosim("predictor", "eval", str(f), *(f"traces/{n}" for n in none), "--unheld-in-sample", "--json")
+    assert r.returncode == 0, r.stderr
+    ev = json.loads(r.stdout)
+    assert [t["trace"] for t in ev["traces"]] == none and not ev["skipped"]
+    assert all("in-sample" in t["split"] for t in ev["traces"]) and "in-sample" in r.stderr
+
+    r = ecosim("predictor", "eval", str(f), *(f"traces/{n}" for n in none))  # nothing left to score: say so, exit 2
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--unheld-in-sample" in r.stderr
+
+
 @pytest.mark.parametrize("argv,message", [
     (["predictor", "eval", "{tmp}/missing.npz", "{trace}"], "unknown predictor"),
     (["predictor", "eval", "{tmp}/junk.npz", "{trace}"], "not a predictor file"),

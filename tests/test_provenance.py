@@ -58,7 +58,9 @@ def test_replay_json_rows_and_totals(hyb: Path, real: Path, capsys: pytest.Captu
 
 
 def test_replay_table_labels_and_warns(hyb: Path, real: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["replay", str(hyb), str(real), "--policy", "confidence"]) == 0
+    assert main(["replay", str(hyb), str(real), "--policy", "confidence"]) == 0  # one row over both: mixed
+    assert any("2 traces" in ln and "mixed" in ln for ln in capsys.readouterr().out.splitlines())
+    assert main(["replay", str(hyb), str(real), "--policy", "confidence", "--per-trace"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert any("hyb" in ln and "hybrid" in ln for ln in lines)

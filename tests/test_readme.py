@@ -25,3 +25,25 @@ def test_ci_runs_the_readme_commands_verbatim():
 def test_torch_is_pinned_in_the_install_files():
     text = (ROOT / "pyproject.toml").read_text()
     assert '"torch==2.13.0"' in text and '"transformers==5.24.0"' in text
+
+
+def readme_replay_block() -> str:
+    """The block the README shows under "`ecosim replay traces/ --bw 3.3TB/s` prints:"."""
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"`ecosim replay traces/ --bw 3\.3TB/s` prints:\n\n```\n(.*?)\n```", text, flags=re.S)
+    assert m, "the README's replay block is missing"
+    return m.group(1)
+
+
+def test_readme_replay_block_is_what_the_command_prints():
+    """Regenerate with `COLUMNS=200 ecosim replay traces/ --bw 3.3TB/s` (trailing spaces stripped)."""
+    import os
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "ecosim.cli", "replay", "traces/", "--bw", "3.3TB/s"], capture_output=True,
+                       text=True, cwd=ROOT, env={**os.environ, "COLUMNS": "200"}, timeout=600)
+    assert r.returncode == 0, r.stderr
+    printed = "\n".join(line.rstrip() for line in r.stdout.rstrip().splitlines())
+    assert readme_replay_block() == printed
+    assert "\nverdict: fastest over 8 traces: " in printed  # the README shows the verdict the command ends with

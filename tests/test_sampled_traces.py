@@ -36,3 +36,11 @@ def test_sampling_at_0_7_accepts_less_than_greedy_on_the_same_prompts():
         res = compare([g, s])
         assert res[s]["tokens_per_step"] < 0.75 * res[g]["tokens_per_step"], (task, res)
         assert res[s]["tokens_per_step"] > 1.5, (task, res)  # still worth drafting for
+
+
+def test_replay_says_which_traces_are_sampled(capsys):
+    from ecosim.cli import main
+
+    assert main(["replay", str(ROOT / "traces-sampled" / "qa"), str(ROOT / "traces" / "eagle3-qa"), "--policy", "ar"]) == 0
+    out = capsys.readouterr().out
+    assert "decoding: sampled at T=0.7 (target-only verification): qa; greedy: 1 traces" in out

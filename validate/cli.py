@@ -139,6 +139,35 @@ def calibrate(
           f"rms error {f['rel_rmse'] * 100:.2f}%, worst {f['max_rel_err'] * 100:.2f}%")
     for w in f["warnings"]:
         print(f"validate: warning: {w}", file=sys.stderr)
+    if device == "cpu":  # this machine as a host file: the `cpu` placement prices it (ecosim --placement cpu --host)
+        host = out.with_name(out.stem + ".host.json")
+        _write_host(doc, host, out.stem)
+        print(f"wrote {host}: this machine as a host (ecosim replay --placement cpu --host {host})")
+
+
+def _write_host(doc: dict, path: Path, name: str) -> None:
+    from ecosim.catalog.hosts import from_calibration
+
+    path.write_text(json.dumps(from_calibration(doc, name).to_dict(), indent=1) + "\n")
+
+
+@app.command("host-file")
+def host_file(
+    profile: Annotated[Path, typer.Argument(help="A profile written by `validate calibrate` on a CPU.")],
+    out: Annotated[Path, typer.Argument(help="Host JSON to write (ecosim --host reads it); never overwritten.")],
+) -> None:
+    """Write a calibrated CPU profile as a host file: the same model that prices a llama.cpp or KTransformers host
+    prices this machine under `--placement cpu`."""
+    if out.exists():
+        raise EcoSimError(f"{out}: exists; refusing to overwrite it")
+    try:
+        doc = json.loads(profile.read_text())
+    except (OSError, ValueError) as e:
+        raise EcoSimError(f"{profile}: not a readable profile ({e})") from None
+    if not isinstance(doc, dict) or "calibration" not in doc or "hbm_bw" not in doc:
+        raise EcoSimError(f"{profile}: not a `validate calibrate` profile (no calibration)")
+    _write_host(doc, out, profile.parent.name or profile.stem)
+    print(f"wrote {out}")
 
 
 @app.command("run")

@@ -20,7 +20,8 @@ Per policy, measured (RUN/steps.parquet, one row per real step; each phase the m
   from an untimed forward of the live tree instead.
 - measured_speedup_vs_ar: ar's measured time per token / this policy's.
 
-Per policy, simulated (the profile as an ecosim Device, hbm placement, ecosim's CostModel):
+Per policy, simulated (ecosim's CostModel: a CPU calibration read as a host, catalog/hosts.py, under the `cpu`
+placement, the model that prices a llama.cpp or KTransformers host; any other profile as a Device under hbm):
 - simulated_time_per_token_s: `TraceReplay(trace).run(policy, cost)` over the trace recorded on the
   spot: the simulator's prediction without looking at the measurement.
 - simulated_steps, simulated_experts_per_step: the replay's steps and experts per step.
@@ -56,7 +57,9 @@ import polars as pl
 from ecosim.catalog.devices import get_device
 from ecosim.cost import NOT_MODELLED, CostConfig
 from ecosim.errors import EcoSimError
+from ecosim.catalog.hosts import from_calibration
 from ecosim.placements import Hbm
+from ecosim.placements.cpu import Cpu
 from ecosim.predictors import get_predictor, reads_routing
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
@@ -130,6 +133,15 @@ def _pct(sim: float, meas: float) -> float:
     return 100.0 * (sim - meas) / meas if meas else float("nan")
 
 
+def _cost(trace: Any, device: Any, profile_doc: dict[str, Any]) -> Any:
+    """A CPU calibration is a host priced by the `cpu` placement; any other profile a device under hbm."""
+    env = (profile_doc.get("calibration") or {}).get("environment") or {}
+    if env.get("device_kind") == "cpu" and "hbm_bw" in profile_doc:
+        host = from_calibration(profile_doc, device.name)
+        return cost_model(trace, device, Cpu(), CostConfig(host=host))
+    return cost_model(trace, device, Hbm(), CostConfig())
+
+
 def compare_run(run_dir: Path, hardware: str | None = None, out: Path | None = None) -> dict[str, Any]:
     """Build and write comparison.json and comparison.parquet (into `out`, default the run directory:
     a committed run can be compared without writing into it); return the document."""
@@ -143,7 +155,7 @@ def compare_run(run_dir: Path, hardware: str | None = None, out: Path | None = N
         profile_doc = json.loads(profile_path.read_text())
     except (OSError, ValueError):
         profile_doc = {}
-    cost = cost_model(trace, device, Hbm(), CostConfig())
+    cost = _cost(trace, device, profile_doc)
     m = trace.model
     specs = [spec_from_dict(d) for d in measured["policies"]]
     predictors = {s.predictor: get_predictor(s.predictor) for s in specs if s.predictor is not None}

@@ -48,6 +48,12 @@ class ServingProfile:
     spec_level_s: float = 0.0  # s per draft level beyond its forward and counted kernels (the draft loop's per-level latency)
     spec_sync_s: float = 0.0  # s of host work per speculative step its device->host sync (accept lengths) exposes
     spec_overlap: bool = True  # the engine overlaps that host work with the device (SGLang spec v2): spec_sync_s hidden
+    # Experts in host memory (placements cpu-moe[:N] and cpu; catalog/hosts.py): what the engine adds per CPU MoE
+    # layer (handing the hidden states to the CPU threads and waiting for them), and the fractions of the host's
+    # scattered-read bandwidth and small-GEMM throughput its expert kernels reach (1: the host file's own figures).
+    host_layer_s: float = 0.0
+    host_read_efficiency: float = 1.0
+    host_gemm_efficiency: float = 1.0
     source: str = ""
     sources: tuple[tuple[str, str], ...] = ()  # (field, where its value comes from)
     fitted_on: tuple[str, ...] = ()  # published rows (ids) the fitted fields were fitted on
@@ -60,6 +66,9 @@ class ServingProfile:
         d = dataclasses.asdict(self)
         d["sources"] = dict(self.sources)
         d["fitted_on"] = list(self.fitted_on)
+        for k, default in HOST_DEFAULTS.items():  # absent at their defaults: a GPU profile's sweep ids stay as they were
+            if d[k] == default:
+                del d[k]
         return d
 
     @classmethod
@@ -78,9 +87,13 @@ class ServingProfile:
         if prof.overlap not in ("max", "sum"):
             raise EcoSimError(f"serving profile {prof.name}: overlap must be max or sum, got {prof.overlap!r}")
         bad = [f.name for f in dataclasses.fields(cls) if f.type == "float" and not getattr(prof, f.name) >= 0]
+        bad += [k for k in ("host_read_efficiency", "host_gemm_efficiency") if not 0 < getattr(prof, k) <= 1]
         if bad:
-            raise EcoSimError(f"serving profile {prof.name}: {', '.join(bad)} must be non-negative numbers")
+            raise EcoSimError(f"serving profile {prof.name}: {', '.join(bad)} must be non-negative numbers (host_*_efficiency in (0, 1])")
         return prof
+
+
+HOST_DEFAULTS = {"host_layer_s": 0.0, "host_read_efficiency": 1.0, "host_gemm_efficiency": 1.0}
 
 
 def shipped() -> list[str]:

@@ -14,11 +14,19 @@ from rich.table import Table
 
 from ecosim.catalog.serving import DEFAULT_SERVING, load_serving
 from ecosim.cli import app, fail, wide_console
+from ecosim.catalog.hosts import load_host
 from ecosim.fidelity import FREE, PUBLISHED, fitted_profile, load_rows, model_label, run, summary
 
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def _where(sim: dict[str, Any]) -> str:
+    """The placement, with its host and engine profile where experts live in host RAM."""
+    where = sim["placement"] + (f" on {sim['host']}" if sim.get("host") else "")
+    where += f" ({sim['profile']})" if sim.get("profile") else ""
+    return where + (f", {sim['top_k']} experts" if sim.get("top_k") else "") + (f", {sim['tokens']} tokens" if sim.get("tokens") else "")
 
 
 def _table(results: list[Any]) -> Table:
@@ -30,7 +38,7 @@ def _table(results: list[Any]) -> Table:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for x in results:
         r, s = x.row, x.row["sim"]
-        t.add_row(r["id"], "F" if r.get("fit") else "S" if r.get("separate") else "", model_label(s) + f" {s['dtype']}", f"{s['hardware']}", s["placement"],
+        t.add_row(r["id"], "F" if r.get("fit") else "S" if r.get("separate") else "", model_label(s) + f" {s['dtype']}", f"{s['hardware']}", _where(s),
                   r["metric"], f"{r['value']:.4g}", f"{x.predicted:.4g}", _pct(x.error), _pct(x.loo_error))
     return t
 
@@ -41,7 +49,7 @@ def _markdown(results: list[Any]) -> str:
     for x in results:
         r, s = x.row, x.row["sim"]
         tag = " (fit)" if r.get("fit") else " (separate)" if r.get("separate") else ""
-        out.append(f"| [{r['id']}]({r['url']}){tag} | {model_label(s)} {s['dtype']}, {s['hardware']} {s['placement']} | {r['metric']} "
+        out.append(f"| [{r['id']}]({r['url']}){tag} | {model_label(s)} {s['dtype']}, {s['hardware']} {_where(s)} | {r['metric']} "
                    f"| {r['value']:.4g} | {x.predicted:.4g} | {x.error * 100:+.0f}% |")
     return "\n".join(out)
 
@@ -50,8 +58,11 @@ def _summary_lines(s: dict[str, Any]) -> list[str]:
     out = []
     for key, label in (("plain_all", "plain batch-1 decode, every row"), ("plain_held_out", "plain, held-out rows"),
                        ("plain_leave_one_out", "plain, leave-one-out"), ("spec_speedup", "speculative speedup"),
-                       ("spec_tok_s", "speculative tok/s"), ("verify_step_ratio", "step time vs tokens")):
-        g = s[key]
+                       ("spec_tok_s", "speculative tok/s"), ("verify_step_ratio", "step time vs tokens"),
+                       ("host_plain_held_out", "experts in host memory: plain, held-out rows"),
+                       ("host_plain_fit_set", "experts in host memory: plain, fit rows"),
+                       ("host_step_ratio", "experts in host memory: step time vs tokens, held-out rows")):
+        g = s.get(key, {"rows": 0})
         if not g["rows"]:
             continue
         line = (f"{label}: {g['rows']} rows, median |error| {g['median_abs_error']:.1%}, worst {g['worst_abs_error']:.1%}, "
@@ -73,6 +84,7 @@ def fidelity(
     write_profile: Annotated[Path | None, typer.Option(help="Write the fitted serving profile to this (new) JSON file.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
     markdown: Annotated[bool, typer.Option(help="Print the rows as a Markdown table, each linked to its source, then the summary lines.")] = False,
+    host: Annotated[str | None, typer.Option(help="Price the rows with experts in host memory on this host (a catalogue host or a host .json) instead of each row's own: a what-if, the fit redone on it.")] = None,
 ) -> None:
     """Predict every published measurement the simulator can reproduce and report the errors.
 
@@ -84,6 +96,11 @@ def fidelity(
         fail(f"{write_profile}: exists; refusing to overwrite it")
     base = load_serving(profile)
     rows = load_rows(table or PUBLISHED)
+    if host is not None:
+        load_host(host)  # a bad host: one line, before any work
+        for r in rows:
+            if (r.get("sim") or {}).get("host"):
+                r["sim"]["host"] = str(Path(host).resolve()) if Path(host).suffix == ".json" else host
     todo = sum(1 for r in rows if r.get("sim"))
     with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
         task = bar.add_task("predicting", total=todo)
@@ -91,11 +108,12 @@ def fidelity(
     s = summary(results)
     used = dict(zip(FREE, map(float, theta)))
     if write_profile is not None:
-        prof = fitted_profile(base, theta, [r["id"] for r in rows if r.get("fit")])
+        prof = fitted_profile(base, theta, [r["id"] for r in rows if r.get("fit") and not (r.get("sim") or {}).get("profile")])
         write_profile.write_text(json.dumps(prof.to_dict(), indent=1) + "\n")
     if as_json:
         print(json.dumps({
             "profile": base.name, "fitted": fit, "theta": used,
+            "engine_profiles": {x.row["sim"]["profile"]: x.terms for x in results if x.terms is not None},
             "rows": [{"id": x.row["id"], "fit": bool(x.row.get("fit")), "metric": x.row["metric"], "published": x.row["value"],
                       "predicted": x.predicted, "error": x.error, "loo_error": x.loo_error,
                       "synthetic_accept_len": x.accept_len,
@@ -108,6 +126,10 @@ def fidelity(
     fit_mark = "(fit)" if markdown else "F"  # how each output marks the fit set's rows
     head = (f"profile {base.name}, " + (f"fitted on the {fit_mark} rows: " if fit else "as shipped: ")
             + ", ".join(f"{k} {v * 1e6:.3g} us" for k, v in used.items()))
+    engines = {x.row["sim"]["profile"]: x.terms for x in results if x.terms is not None}
+    for name, terms in engines.items():  # engine profiles fitted apart on their own rows (experts in host memory)
+        head += (f"\nprofile {name}, " + ("fitted on its own (fit) rows: " if fit else "as shipped: ")
+                 + ", ".join(f"{k} {v * 1e6:.4g} us" for k, v in terms.items()))
     if markdown:
         print(_markdown(results) + "\n\n```\n" + "\n".join([head, *_summary_lines(s)]) + "\n```")
         return

@@ -25,7 +25,7 @@ Bw = Annotated[str | None, typer.Option("--bw", help="Override the device's HBM 
 Peak = Annotated[str | None, typer.Option(help="Override the dense peak compute, e.g. 989TFLOP/s (applies to BF16 and FP8).")]
 LinkBw = Annotated[str | None, typer.Option(help="Override the per-direction device-to-device link bandwidth, e.g. 450GB/s.")]
 PcieBw = Annotated[str | None, typer.Option(help="Override the per-direction host-to-device bandwidth, e.g. 64GB/s.")]
-Placement = Annotated[str, typer.Option(help="Where weights live: hbm (one device), tp:N (experts sharded over N devices), ep:N (experts split over N), tp:N+ep:M, offload:CAP[:lru|lfu] (CAP experts per layer in HBM).")]
+Placement = Annotated[str, typer.Option(help="Where weights live: hbm (one device), tp:N (experts sharded over N devices), ep:N (experts split over N), tp:N+ep:M, offload:CAP[:lru|lfu] (CAP experts per layer in HBM), cpu-moe[:N] (routed experts of every MoE layer, or of the first N blocks, in host RAM on the CPU: needs --host), cpu (the whole model on the host's CPU).")]
 Devices = Annotated[int | None, typer.Option(min=1, help="Number of devices; shorthand for --placement ep:N when N > 1.")]
 DRAFT_STEPS_HELP = ("The setting's draft steps N per verification (SGLang --speculative-num-steps, vLLM "
                     "num_speculative_tokens, llama.cpp --draft-max): each trace's recorded trees are cut to depth N "
@@ -83,13 +83,25 @@ def terms_text(used: dict[str, object]) -> str:
     tau = f"{f['kernel_latency_s'] * 1e6:.4g} us"
     if f.get("graph_node_s"):  # the platform's own graph-replay cost per kernel node (devices.py)
         tau = f"({tau} + {f['graph_node_s'] * 1e6:.4g} us the platform's graph node)"
-    return (f"profile {used['serving']}: step fixed {f['step_fixed_s'] * 1e6:.4g} us + {kernels} "
+    return (host_text(used) + f"profile {used['serving']}: step fixed {f['step_fixed_s'] * 1e6:.4g} us + {kernels} "
             f"x {tau}, collective {f['collective_latency_s'] * 1e6:.4g} us, "
             f"bw eff {f['bw_efficiency']:.3g}, compute eff {f['compute_efficiency']:.3g}, GEMM tile {f['gemm_tile_rows']:g} rows, "
             f"overlap {used['overlap']}, memory fraction {f['memory_fraction']:.3g}, "
             f"speculative step +{int(f['spec_step_kernels'])} kernels + {int(f['spec_level_kernels'])} kernels and "
             f"{f['spec_level_s'] * 1e6:.4g} us per level, host sync {f['spec_sync_s'] * 1e6:.4g} us"
             + (" (overlapped)" if used["spec_overlap"] else ""))
+
+
+def host_text(used: dict[str, object]) -> str:
+    """The host terms a replay with experts in host RAM priced with (cost.py's host_layer_times), and the dtype."""
+    out = f"dtype {used['dtype']}; " if "dtype" in used else ""
+    h = used.get("host")
+    if not isinstance(h, dict):
+        return out
+    return out + (f"host {h['name']} ({h['layers']} MoE layers): {h['bandwidth'] / 1e9:.4g} GB/s x read eff "
+                  f"{h['read_efficiency']:.3g}, matrix-vector {h['gemv_flops'] / 1e12:.3g} TFLOP/s, small GEMM "
+                  f"{h['gemm_flops'] / 1e12:.3g} TFLOP/s" + (f" in tiles of {h['gemm_rows']:g} rows" if h["gemm_rows"] else "")
+                  + f", overlap {h['overlap']}, {h['layer_s'] * 1e6:.4g} us per host layer; ")
 
 
 def used_text(used: dict[str, object], draft: dict[str, float], setting: str | None = None) -> str:

@@ -102,8 +102,10 @@ def train_cmd(
           f"requests in {len(loaded)} trace(s), {held} request(s) held out, {record['seconds']:.1f} s, {size / 1e6:.2f} MB")
 
 
-def _masks(pred: ExpertPredictor, split_from: ScoringPredictor | None, trace: Trace, all_requests: bool) -> tuple[list[int], str]:
-    """Requests of `trace` to evaluate on, and how they were chosen."""
+def _masks(pred: ExpertPredictor, split_from: ScoringPredictor | None, trace: Trace, all_requests: bool,
+           unheld_in_sample: bool = False) -> tuple[list[int], str]:
+    """Requests of `trace` to evaluate on, and how they were chosen: no request (split "none held
+    out") for a trace the split trained on whole, unless `unheld_in_sample` scores it in-sample."""
     reqs = request_ids(trace)
     on_the_fly = not isinstance(pred, ScoringPredictor) and pred.name in KINDS
     if all_requests:
@@ -116,11 +118,14 @@ def _masks(pred: ExpertPredictor, split_from: ScoringPredictor | None, trace: Tr
         if mine:
             held = sorted({r for t in mine for r in t["heldout_requests"]} - {r for t in mine for r in t["train_requests"]})
             if not held:
-                fail(f"{trace.path}: {split_from.source} holds out no request of this trace (trained with --holdout 0?); "
-                     "evaluate on other traces, or pass --all-requests to score in-sample")
+                return (reqs, IN_SAMPLE) if unheld_in_sample else ([], NONE_HELD)
             return held, "held out, leave-requests-out" if on_the_fly else "held out"
         return reqs, "not in training"
     return reqs, "leave-requests-out" if on_the_fly else "all requests"
+
+
+NONE_HELD = "none held out"
+IN_SAMPLE = "none held out: all requests, in-sample"
 
 
 @predictor_app.command("eval")
@@ -129,6 +134,7 @@ def eval_cmd(
     traces: TraceArgs,
     split_from: Annotated[Path | None, typer.Option(help="Evaluate on the requests this predictor file held out (default: PREDICTOR's own, if a file).")] = None,
     all_requests: Annotated[bool, typer.Option(help="Evaluate on every request, including ones the predictor was trained on (in-sample; says so).")] = False,
+    unheld_in_sample: Annotated[bool, typer.Option("--unheld-in-sample", help="Score a trace the predictor held out no request of on all its requests (in-sample; its split says so) instead of skipping it.")] = False,
     k: TopK = None,
     mass: Mass = None,
     max_size: MaxSize = None,
@@ -138,7 +144,8 @@ def eval_cmd(
     """Recall, precision and marginal-cost error of a predictor on requests it was not trained on.
 
     Metrics are defined in ecosim/predictors/evaluate.py. A file predictor is scored on the requests
-    it held out of the traces it was trained on, and on every request of traces it never saw.
+    it held out of the traces it was trained on, and on every request of traces it never saw; a
+    trace it held out no request of is skipped, named in one line (--unheld-in-sample: scored in-sample).
     """
     from ecosim.predictors.store import load
 
@@ -147,9 +154,13 @@ def eval_cmd(
     source = load(split_from) if split_from is not None else (pred if isinstance(pred, ScoringPredictor) else None)
     loaded = _read(traces)
     per: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
     total: Tally | None = None
     for trace in loaded:
-        reqs, how = _masks(pred, source, trace, all_requests)
+        reqs, how = _masks(pred, source, trace, all_requests, unheld_in_sample)
+        if not reqs:
+            skipped.append({"trace": trace.name, "path": str(trace.path), "split": how})
+            continue
         tally = evaluate(pred, trace, request_mask(trace, reqs))
         if total is None:
             total = Tally(tally.layers, tally.top_k)
@@ -159,21 +170,35 @@ def eval_cmd(
                     "provenance": trace.provenance, "requests": reqs,
                     "split": how, "nodes_per_tree": round(draft_view(trace).n_rows / max(trace.n_trees, 1), 2),
                     **tally.report()})
-    assert total is not None
+    if total is None:
+        fail(f"{(source.source if source else None) or predictor} holds out no request of {', '.join(s['trace'] for s in skipped)} "
+             "(trained on all of it); evaluate on other traces, or pass --unheld-in-sample to score in-sample")
     desc = pred.describe()
     sel = pred.selection.to_dict() if isinstance(pred, ScoringPredictor) else None
-    out = {"predictor": desc, "name": predictor, "selection": sel, "traces": per, "total": total.report()}
+    out = {"predictor": desc, "name": predictor, "selection": sel, "traces": per, "skipped": skipped, "total": total.report()}
+    note = _skipped_line(skipped, (source.source if source else None) or predictor)
     if as_json:
+        if note:
+            print(note, file=sys.stderr)
         print(json.dumps(out, indent=1))
         return
-    _print_table(out)
+    _print_table(out, note)
+
+
+def _skipped_line(skipped: list[dict[str, str]], source: str) -> str:
+    """One line naming the traces `source` trained on whole (no request held out), which eval skips."""
+    if not skipped:
+        return ""
+    names = ", ".join(s["trace"] for s in skipped)
+    return (f"skipped {len(skipped)} trace(s) {source} held out no request of (trained on all of them): {names}; "
+            "--unheld-in-sample scores them in-sample")
 
 
 def _fmt(x: Any, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
 
-def _print_table(out: dict[str, Any]) -> None:
+def _print_table(out: dict[str, Any], note: str = "") -> None:
     t = Table(title=f"predictor {out['predictor']}", title_justify="left")
     for col in ("trace", "data", "requests", "split", "candidates", "recall", "precision", "set size",
                 "marginal true", "predicted", "MAE", "corr", "µs/candidate", "cpu µs"):
@@ -196,6 +221,8 @@ def _print_table(out: dict[str, Any]) -> None:
                       f"; by depth: {', '.join(f'{d}: {v:.3f}' for d, v in out['total']['recall_by_depth'].items())}")
     console.print("[dim]marginal = experts a candidate adds to its ancestors' set, summed over MoE layers "
                   "(predicted: against the predicted buffer); definitions in ecosim/predictors/evaluate.py[/dim]")
+    if note:
+        console.print(note, markup=False, highlight=False)
     if any(r["synthetic"] for r in out["traces"]):
         console.print("[yellow]synthetic traces are generated, not measured: their figures illustrate the model only[/yellow]")
 

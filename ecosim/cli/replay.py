@@ -27,8 +27,9 @@ from ecosim.replay import TraceReplay
 from ecosim.simulate import Engine, PolicyResult, at_steps, compare, cost_model, step_draft_time
 from ecosim.stream import StreamedReplay
 from ecosim.units import parse_quantity
+from ecosim.verdict import verdict
 from ecosim.trace.io import find_traces, read_trace
-from ecosim.trace.schema import provenance_notes
+from ecosim.trace.schema import MANIFEST, provenance_notes
 
 
 
@@ -37,7 +38,9 @@ def _row_json(row: Row, spec: PolicySpec) -> dict[str, object]:
     return {"policy": spec.name, "label": spec.label(), **spec.used(), **row.to_dict()}
 
 
-def _table(results: list[PolicyResult], title: str) -> Table:
+def _table(results: list[PolicyResult], title: str, per_trace: bool = True) -> Table:
+    """Every (trace, policy) row and the totals; or, not `per_trace`, one row per policy over all
+    the traces (the totals alone)."""
     t = Table(title=title, title_justify="left")
     for col, just in (("trace", "left"), ("data", "left"), ("policy", "left"), ("tokens/step", "right"),
                       ("experts/step", "right"), ("GB/token", "right"), ("ms/token", "right"), ("tokens/s", "right"),
@@ -45,6 +48,8 @@ def _table(results: list[PolicyResult], title: str) -> Table:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     n = len(results[0].rows)
     names = [r.trace for r in results[0].rows] + (["total"] if n > 1 else [])
+    if not per_trace:
+        names, n = [f"{n} traces"], 0  # index 0 is past the per-trace rows: the totals
     for i, name in enumerate(names):
         for j, res in enumerate(results):
             row = res.rows[i] if i < n else res.total
@@ -82,12 +87,15 @@ def replay(
     timeline: Annotated[Path | None, typer.Option(help="des only: write a Chrome/Perfetto trace of the first trace's timeline to FILE.")] = None,
     max_memory: Annotated[str | None, typer.Option(help="Replay in pieces of whole requests within this much memory, e.g. 2GB (fast engine).")] = None,
     draft_steps: DraftSteps = None,
+    per_trace: Annotated[bool, typer.Option("--per-trace", help="With several traces, a row per (trace, policy) and the totals, instead of one row per policy over all the traces.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
 ) -> None:
     """Replay selection policies over recorded (or synthetic) traces and compare them.
 
     Every policy's time is compared with plain decoding (`ar`) and with the oracle bound under the
-    same cost model. Each trace is labelled real, hybrid or synthetic in the output.
+    same cost model. Each trace is labelled real, hybrid or synthetic in the output. The output
+    ends with a verdict (ecosim/verdict.py): the fastest policy and its margin, why speculation
+    loses when it does, and the command that asks the question at a paper-scale shape.
     """
     knobs = knobs or {}
     names = [registry.get(policy).name] if policy is not None else list(registry.names())
@@ -132,6 +140,7 @@ def replay(
     costs = [cost_model(r.trace, device, place, config) for r in replays]
     used = {k: v for k, v in costs[0].applied().items() if k != "draft_time_s"}
     draft = {r.trace.name: float(c.applied()["draft_time_s"]) for r, c in zip(replays, costs)}  # type: ignore[arg-type]
+    said = verdict(results, costs, [r.trace.model.name for r in replays])
     if as_json:
         hw = {k: v for k, v in device.to_dict().items() if v is not None}  # profile-only fields: in `used` instead
         out = {
@@ -140,6 +149,7 @@ def replay(
             "used": {**used, "draft_time_s": draft, "draft": costs[0].describe()["draft"]},
             "not_modelled": list(NOT_MODELLED),
             "rows": [], "totals": [_row_json(r.total, r.spec) for r in results],
+            "verdict": said.to_dict(),
         }
         for i in range(len(replays)):  # one row per (trace, policy), trace by trace
             for r in results:
@@ -155,15 +165,37 @@ def replay(
                        for k in knob_used.values() if k.resolve)  # the knobs naming something loaded: the predictor
     steps = f", draft steps {draft_steps}" if draft_steps is not None else ""
     title = f"{device.name}, {device.hbm_bw / 1e12:.4g} TB/s, {place}, cost {config.mode}, engine {engine}{steps}{resolved}"
-    console.print(_table(results, title))
+    per = per_trace or len(replays) == 1
+    if not per:
+        title += f"; totals over {len(replays)} traces (--per-trace: each trace)"
+    console.print(_table(results, title, per))
     console.print(used_text(used, draft), markup=False, highlight=False)
     for key, metrics in serving.items():
         console.print(serving_text(key, metrics), markup=False, highlight=False)
     console.print(f"[dim]not modelled: {'; '.join(NOT_MODELLED)}[/dim]")
     for note in provenance_notes(r.provenance for r in results[0].rows):
         console.print(f"[yellow]{note}[/yellow]")
+    sampled = decoding_note(paths)
+    if sampled:
+        console.print(sampled, markup=False, highlight=False)
     if place.stateful:
         console.print("[dim]the oracle under offload prices every expert as a cache hit (a looser lower bound)[/dim]")
+    for i, line in enumerate(said.lines):
+        console.print(line, markup=False, highlight=False, style="bold" if i == 0 else None)
+
+
+def decoding_note(paths: list[Path]) -> str:
+    """One line naming the traces sampled at T > 0 (trace format version 3), or "" where all are greedy: their
+    acceptance is that of sampling at T, and they replay under target-only verification (ecosim/sampling.py)."""
+    by: dict[str, list[str]] = {}
+    for p in paths:
+        d = json.loads((p / MANIFEST).read_text()).get("decoding") or {}
+        if d.get("mode") == "sample":
+            by.setdefault(f"sampled at T={d.get('temperature'):g} ({d.get('verify')} verification)", []).append(p.name)
+    if not by:
+        return ""
+    n = len(paths) - sum(len(v) for v in by.values())
+    return "decoding: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in by.items()) + (f"; greedy: {n} traces" if n else "")
 
 
 def serving_text(key: str, s: dict[str, object]) -> str:

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ecosim.catalog.models import MODELS, get_model, in_catalogue
 from ecosim.cli import app, fail, wide_console
-from ecosim.cli.routing import print_routing_stats
+from ecosim.cli.routing import print_preset_checks, print_routing_stats
 from ecosim.hybrid import write_hybrid
 from ecosim.outputs import TRACE, check_output
 from ecosim.routing.calibrate import START, fit, moments_plain, write_preset
@@ -47,9 +47,13 @@ def inspect(
     routing: Annotated[bool, typer.Option("--routing", help="Routing statistics instead (neighbour overlap, distinct experts per window, token recall, popularity, tree overlaps); also takes routing sets and importable dumps.")] = False,
     fit_fraction: Annotated[float, typer.Option(min=0.05, max=0.95, help="With --routing: share of sequences the token table is fitted on (recall is measured on the rest).")] = 0.5,
     seed: Annotated[int, typer.Option(help="With --routing: seed of the fit/test split of sequences.")] = 0,
+    check_preset: Annotated[list[str] | None, typer.Option("--check-preset", help="With --routing: route each real set's own tokens with this preset (a shipped name or a preset file; repeat or comma-separate) and compare with the real routing on the sequences a fit with --seed and --fit-fraction leaves out (ecosim/routing/check.py).")] = None,
 ) -> None:
     """Summarise traces: model, requests by task, tree sizes, acceptance, expert usage, size on disk."""
     if routing:
+        if check_preset:
+            print_preset_checks(traces, [n.strip() for o in check_preset for n in o.split(",") if n.strip()], as_json, fit_fraction, seed)
+            return
         print_routing_stats(traces, as_json, fit_fraction, seed)
         return
     from ecosim.summary import BUDGET, summarize
@@ -127,6 +131,8 @@ def synth(
     gates: Annotated[bool, typer.Option(help="Also write gate weights.")] = False,
     seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same trace.")] = 0,
     force: Annotated[bool, typer.Option("--force", help="Replace a synthetic or hybrid trace already in OUT (a real, recorded trace is never replaced).")] = False,
+    host: Annotated[str | None, typer.Option(help="Also say whether the model's weights fit this host's RAM (a catalogue host or a host .json) under cpu-moe and cpu, at --dtype.")] = None,
+    dtype: Annotated[str | None, typer.Option(help="With --host: the weights' type for that check (bf16, fp8, a GGUF type such as q4_k_m); default: the model's own.")] = None,
 ) -> None:
     """Generate a synthetic or hybrid trace (labelled so: an illustration, never a measurement), or fit a preset."""
     if calibrate is not None:
@@ -134,6 +140,7 @@ def synth(
         return
     check_output(out, TRACE, force=force, keep_protected=True, flag="")  # before generating, not after
     shape = get_model(model)
+    fits = host_fit(shape, host, dtype) if host is not None else None  # a bad host or dtype: one line, before any work
     given = {"skew": skew, "token_affinity": token_affinity, "parent_affinity": parent_affinity, "context": context,
              "context_share": context_share}
     knobs, source = {"skew": 1.0, "token_affinity": 0.5, "parent_affinity": 0.3, "context": 0.0, "context_share": 0.0}, "defaults"
@@ -179,6 +186,26 @@ def synth(
     m = read_trace(path, validate=False).manifest
     print(f"{path}: {kind} {shape.name} trace, {len(m['requests'])} requests, draft {m['draft']['name']} "
           f"({m['draft']['bytes'] / 1e6:.1f} MB per level, accept {m['draft']['accept']}), {time.perf_counter() - t0:.1f} s")
+    if fits is not None:
+        print(fits)
+
+
+def host_fit(shape: object, host: str, dtype: str | None) -> str:
+    """One line: the RAM the model's routed experts (cpu-moe) and whole weights (cpu) need on `host`, and whether
+    they fit (placements/host_capacity.py)."""
+    from ecosim.catalog.dtypes import BITS, at_dtype
+    from ecosim.catalog.hosts import load_host
+    from ecosim.placements.host_capacity import split
+
+    h = load_host(host)
+    if dtype is not None and dtype not in BITS:
+        fail(f"--dtype {dtype!r} unknown; known: {', '.join(BITS)}")
+    m = at_dtype(shape, dtype) if dtype else shape  # type: ignore[arg-type]
+    gpu, experts = split(m, m.num_moe_layers, 0)
+    usable = h.ram_bytes * h.memory_fraction
+    verdict = lambda need: "fits" if need <= usable else "does not fit"  # noqa: E731
+    return (f"host {h.name} ({usable / 1e9:.0f} GB usable): {m.name}'s routed experts need {experts / 1e9:.1f} GB under "
+            f"cpu-moe ({verdict(experts)}), the whole model {(gpu + experts) / 1e9:.1f} GB under cpu ({verdict(gpu + experts)})")
 
 
 def _calibrate(out: Path, model: str, routing: Path, fraction: float, seed: int) -> None:

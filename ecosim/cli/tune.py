@@ -20,6 +20,8 @@ from ecosim.simulate import cost_model
 from ecosim.trace.io import find_traces, read_trace
 from ecosim.trace.schema import provenance_notes
 from ecosim.tune import recommend, tune as tune_all
+from ecosim.tune_llamacpp import line as llamacpp_line
+from ecosim.tune_llamacpp import llamacpp
 
 
 @app.command()
@@ -53,6 +55,10 @@ def tune(
     draft: dict[str, float] = doc["draft_time_s"]  # type: ignore[assignment]  # the recommended setting's
     doc = {"hardware": device.name, "placement": str(place), "predictor": predictor,
            "traces": [t.name for t in found], "used": {**used, "draft_time_s": draft, "draft_steps": doc["steps"]}, **doc}
+    engine = llamacpp(doc, place, cost_model(found[0], device, place, config).model,
+                      found[0].manifest.get("draft", {}).get("name", "DRAFT"))
+    if engine is not None:  # experts in host RAM: the llama.cpp / ik_llama.cpp flags (tune_llamacpp.py)
+        doc["llama_cpp"] = engine
     if as_json:
         print(json.dumps(doc, indent=1))
         return
@@ -86,5 +92,7 @@ def tune(
         v = doc["vllm"]
         verdict = "" if v["pays"] else "  (slower than plain decoding: do not use)"
         console.print(f"vLLM chain: num_speculative_tokens={v['num_speculative_tokens']}  ({v['speedup_vs_ar']:.3f}x plain){verdict}")
+    if engine is not None:
+        console.print(llamacpp_line(engine), markup=False, highlight=False)
     for note in provenance_notes(t.provenance for t in found):
         console.print(f"[yellow]{note}[/yellow]")

@@ -12,7 +12,10 @@ terms; cost.py turns those into seconds:
 - `allreduces` / `alltoalls`: collectives per transformer layer (MoE or dense), each paying a
   latency plus its bytes over the link (cost.py);
 - `resident_experts`: experts per MoE layer a device holds, for the capacity check;
-- `cache`: the state a step leaves behind (offload), or None: `stateful` follows from it.
+- `cache`: the state a step leaves behind (offload), or None: `stateful` follows from it;
+- `host_layers`: which MoE layers' routed experts the host's CPU reads and computes (cpu-moe[:N], cpu),
+  None where none does; `on_host`: the whole model runs on the host (cpu), the host standing in for the
+  device (catalog/hosts.py).
 
 A new placement is one module defining a subclass and one line in registry.py.
 """
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -30,6 +33,9 @@ from ecosim.cache import ExpertCache
 from ecosim.catalog.devices import Device
 from ecosim.catalog.models import ModelShape
 from ecosim.errors import EcoSimError
+
+if TYPE_CHECKING:
+    from ecosim.catalog.hosts import Host
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,15 @@ class Placement(ABC):
     def stateful(self) -> bool:
         return False
 
+    def host_layers(self, model: ModelShape) -> np.ndarray | None:
+        """(MoE layers,) bool: the layers whose routed experts live in host RAM and run on the CPU; None: none."""
+        return None
+
+    @property
+    def on_host(self) -> bool:
+        """The whole model on the host's CPU (no device)."""
+        return False
+
     def group_masks(self, num_experts: int) -> np.ndarray:
         """(groups, words) bitsets of the experts each group holds: contiguous blocks, the first
         E mod G groups one larger (bitsets.device_masks); one group holds every expert."""
@@ -100,8 +115,10 @@ class Placement(ABC):
         weights = self.resident_experts(model) * model.num_moe_layers * model.expert_bytes + model.dense_bytes / self.dense_share
         return weights, context_tokens * model.kv_bytes_per_token / self.dense_share
 
-    def check(self, model: ModelShape, device: Device, context_tokens: int, memory_fraction: float) -> None:
-        """Refuse a configuration whose weights and KV do not fit a device, saying what would."""
+    def check(self, model: ModelShape, device: Device, context_tokens: int, memory_fraction: float,
+              host: Host | None = None) -> None:
+        """Refuse a configuration whose weights and KV do not fit a device, saying what would (`host`: the
+        host machine, for the placements that hold weights in its RAM)."""
         weights, kv = self.bytes_per_device(model, context_tokens)
         usable = device.hbm_bytes * memory_fraction
         if device.hbm_bytes <= 0 or weights + kv <= usable:

@@ -42,7 +42,8 @@ class Offload(Placement):
     def stateful(self) -> bool:
         return True
 
-    def check(self, model: ModelShape, device: Device, context_tokens: int, memory_fraction: float) -> None:
+    def check(self, model: ModelShape, device: Device, context_tokens: int, memory_fraction: float,
+              host: object = None) -> None:
         if self.capacity >= model.num_experts:
             raise EcoSimError(f"offload:{self.capacity} caches all {model.num_experts} experts of every layer of "
                               f"{model.name}: that is hbm by another name; use --placement hbm or a smaller cache")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ecosim.errors import EcoSimError
 from ecosim.placements.base import Placement
+from ecosim.placements.cpu import Cpu
+from ecosim.placements.cpu_moe import CpuMoe
 from ecosim.placements.dp_attention import DpAttentionExpertParallel
 from ecosim.placements.ep import ExpertParallel
 from ecosim.placements.hbm import Hbm
@@ -18,6 +20,8 @@ PLACEMENTS: list[type[Placement]] = [
     TensorExpertParallel,
     Offload,
     DpAttentionExpertParallel,
+    CpuMoe,
+    Cpu,
 ]
 
 

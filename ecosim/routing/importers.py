@@ -20,6 +20,9 @@ Each reads one documented layout into a `Routing` labelled real (docs/ROUTING_FO
   `top_indices` [num_tokens][topk]. MTP records (`mtp_idx`) are skipped; the decoder block of the
   first rank and first stage seen is read; each step's tokens follow the previous step's (one
   sequence per file); there are no token ids.
+- `events`, `layer-csv`, `steps-json`: layouts research repositories commit (atomic (token, layer)
+  event arrays; per-(layer, token) CSV rows; per-request lists of forward steps), read by
+  routing/dumps.py.
 """
 
 from __future__ import annotations
@@ -33,38 +36,8 @@ import numpy as np
 
 from ecosim.errors import EcoSimError
 from ecosim.routing.data import Routing, from_lists, is_routing_dir, read_routing, starts
-
-MAX_JSON_BYTES = 2 << 30
-
-
-def _bad(path: Path, why: str) -> EcoSimError:
-    return EcoSimError(f"{path}: {why}")
-
-
-def _int_array(x: Any, path: Path, what: str, ndim: int) -> np.ndarray:
-    try:
-        a = np.asarray(x)
-    except (ValueError, TypeError):
-        raise _bad(path, f"{what} is not a rectangular array") from None
-    if a.dtype == object or a.ndim != ndim or not (np.issubdtype(a.dtype, np.integer) or a.size == 0):
-        raise _bad(path, f"{what} must be a {ndim}-d integer array, got {a.ndim}-d {a.dtype}")
-    return a.astype(np.int64)
-
-
-def _load_json(path: Path) -> Any:
-    if path.stat().st_size > MAX_JSON_BYTES:
-        raise _bad(path, "JSON larger than 2 GiB; split it")
-    try:
-        return json.loads(path.read_bytes())
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise _bad(path, f"not valid JSON ({str(e).splitlines()[0][:120]})") from None
-
-
-def _npz(path: Path) -> Any:
-    try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as e:
-        raise _bad(path, f"not a numpy file readable without pickle ({str(e).splitlines()[0][:120]})") from None
+from ecosim.routing.dumps import is_events_npz, load_events, load_layer_csv, load_steps_json
+from ecosim.routing.readers import bad as _bad, int_array as _int_array, load_json as _load_json, load_npz as _npz
 
 
 def load_npz_folder(path: Path) -> Routing:
@@ -208,23 +181,39 @@ def detect(path: Path) -> str:
             return "ecosim"
         if (path / "routing.npz").is_file() and (path / "meta.json").is_file():
             return "npz"
-        raise _bad(path, "a directory that is neither an ecosim routing set nor a routing.npz + meta.json folder")
+        first = next((p for p in sorted(path.rglob("*")) if p.suffix in (".npz", ".csv") and p.is_file()), None)
+        if first is not None and first.suffix == ".csv":
+            return "layer-csv"
+        if first is not None and is_events_npz(first):
+            return "events"
+        js = next((p for p in sorted(path.rglob("*.json")) if p.is_file()), None) if first is None else None
+        if js is not None and detect(js) == "steps-json":
+            return "steps-json"
+        raise _bad(path, "a directory that is neither an ecosim routing set, a routing.npz + meta.json folder, "
+                         "nor a folder of routing events (.npz), layer CSV files or per-request step lists (.json)")
     if not path.is_file():
         raise _bad(path, "no such file or directory")
+    if path.suffix == ".npz" and is_events_npz(path):
+        return "events"
     if path.suffix in (".npy", ".npz"):
         return "vllm"
+    if path.suffix == ".csv":
+        return "layer-csv"
     if path.suffix == ".pt":
         return "sglang"
     if path.suffix == ".jsonl":
         return "megatron"
     if path.suffix == ".json":
         head = path.read_bytes()[:4096].lstrip()
-        return "sglang" if head.startswith(b"{") and b'"records"' in head else "vllm"
-    raise _bad(path, "unknown routing format (give --format npz, vllm, sglang or megatron)")
+        if head.startswith(b"{") and b'"records"' in head:
+            return "sglang"
+        return "steps-json" if head.startswith(b"[") and head[1:].lstrip().startswith(b"{") and b'"routed_experts"' not in head else "vllm"
+    raise _bad(path, f"unknown routing format (give --format {', '.join(FORMATS)})")
 
 
 FORMATS: dict[str, Callable[[Path], Any]] = {
     "npz": load_npz_folder, "vllm": load_vllm, "sglang": load_sglang, "megatron": load_megatron,
+    "events": load_events, "layer-csv": load_layer_csv, "steps-json": load_steps_json,
 }
 
 
@@ -243,19 +232,25 @@ def import_routing(path: str | Path, fmt: str | None = None, *, model: str | Non
     if isinstance(got, Routing):
         r = got
     else:
-        seqs, tokens = got if isinstance(got, tuple) else (got, None)
+        seqs, tokens, extras = (got + ({},))[:3] if isinstance(got, tuple) else (got, None, {})
         shapes = {s.shape[1:] for s in seqs}
         if len(shapes) != 1:
             raise _bad(path, f"sequences disagree on (layers, top_k): {sorted(shapes)}")
         top = max(int(s.max(initial=-1)) for s in seqs)
         if min(int(s.min(initial=0)) for s in seqs) < 0:
             raise _bad(path, "negative expert ids")
+        said = extras.get("num_experts")
+        if num_experts is not None and said is not None and num_experts != said:
+            raise _bad(path, f"the source says {said} experts, --num-experts {num_experts}")
+        num_experts = num_experts if num_experts is not None else said
         inferred = num_experts is None
         E = num_experts if num_experts is not None else top + 1
         if top >= E:
             raise _bad(path, f"expert id {top} is not below --num-experts {E}")
-        r = from_lists(seqs, E, tokens=tokens, model=model or "unknown", provenance="real",
-                       source={"format": fmt, "path": str(path), "num_experts_inferred": inferred})
+        source = {"format": fmt, "path": str(path), "num_experts_inferred": inferred}
+        source.update({k: extras[k] for k in ("layer_ids", "note") if extras.get(k) is not None})
+        r = from_lists(seqs, E, tokens=tokens, gates=extras.get("gates"), model=model or "unknown", provenance="real",
+                       source=source, token_strings=extras.get("token_strings"), sequences=extras.get("labels"))
     if credit:
         r.source["credit"] = credit
     if model:

@@ -11,6 +11,12 @@ at a layer, inside one sequence (never across two):
                            popularity alone (what the token adds)
 - popularity skew          busiest expert's routed share over the fair share k/E
                            (`max_over_fair`), and dead experts (never routed)
+- group span               for group-limited routers (DeepSeek: n_group groups of E/n_group
+                           experts, top-k drawn from topk_group of them): groups a token's top-k
+                           spans per layer, the largest, and the share within topk_group
+- same token, same context for traces: every pair of nodes reached by the same tokens from the
+                           same request prefix (equal path hashes, routing/generator.py) must
+                           route identically; the share that does, and how many pairs there are
 
 For traces, the same on the target's continuation (the roots, what decoding routes), plus tree
 statistics over every node: sibling overlap (pairs of children of one parent), parent-child
@@ -119,6 +125,27 @@ def token_recall(r: Routing, fraction: float = 0.5, seed: int = 0) -> dict[str, 
     return {"token": hits / n, "popularity": base / n}
 
 
+def group_span(r: Routing, n_group: int, topk_group: int) -> dict[str, Any]:
+    """Groups of E / n_group consecutive experts spanned by each token's top-k, per layer."""
+    size = r.num_experts // n_group
+    g = np.sort(r.experts.astype(np.int64) // size, axis=2)
+    span = 1 + (np.diff(g, axis=2) != 0).sum(axis=2)  # (N, L) distinct groups
+    return {"n_group": n_group, "topk_group": topk_group, "mean": float(span.mean()) if span.size else float("nan"),
+            "max": int(span.max(initial=0)), "within_limit": float((span <= topk_group).mean()) if span.size else float("nan")}
+
+
+def same_context(trace: Trace) -> dict[str, Any]:
+    """Pairs of nodes with the same token path from the same request prefix, and the share routed identically."""
+    from ecosim.routing.generator import path_hashes
+
+    h = path_hashes(trace.nodes, trace.tree_start)
+    order = np.argsort(h, kind="stable")
+    same = h[order][1:] == h[order][:-1]
+    ex = trace.nodes["experts"][order]
+    ok = (ex[1:][same] == ex[:-1][same]).all(axis=1)
+    return {"pairs": int(same.sum()), "identical": float(ok.mean()) if len(ok) else float("nan")}
+
+
 def tree_stats(trace: Trace, max_size: int = 64) -> dict[str, Any]:
     """Sibling and parent-child overlap over every node, distinct experts in the first m nodes."""
     m = trace.model
@@ -162,8 +189,10 @@ def _mean(x: np.ndarray) -> float:
     return float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
 
 
-def routing_stats(r: Routing, trace: Trace | None = None, *, name: str = "", fraction: float = 0.5, seed: int = 0) -> dict[str, Any]:
-    """Every statistic of the module docstring as one JSON-able dict (`overall` = mean over layers)."""
+def routing_stats(r: Routing, trace: Trace | None = None, *, name: str = "", fraction: float = 0.5, seed: int = 0,
+                  groups: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+    """Every statistic of the module docstring as one JSON-able dict (`overall` = mean over layers);
+    `groups` = (n_group, topk_group) of a group-limited router, (0, 0) for none."""
     b = bitsets(r.experts, r.num_experts)
     ov = neighbour_overlap(r, b)
     win = window_distinct(r, b=b)
@@ -191,7 +220,12 @@ def routing_stats(r: Routing, trace: Trace | None = None, *, name: str = "", fra
         },
         "recall_split": {"fit_fraction": fraction, "seed": seed},
     }
+    if groups[0] > 1 and r.num_experts % groups[0] == 0:
+        gs = group_span(r, *groups)
+        out["group_span"] = {**gs, "mean": _r(gs["mean"]), "within_limit": _r(gs["within_limit"], 4)}
     if trace is not None:
+        sc = same_context(trace)
+        out["same_context"] = {"pairs": sc["pairs"], "identical": _r(sc["identical"], 4)}
         t = tree_stats(trace)
         curve = t["distinct_by_tree_size"]
         out["trees"] = {

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ecosim.catalog.devices import Device, get_device
-from ecosim.cost import CostConfig, Terms
+from ecosim.cost import CostConfig, Terms, cost_doc
 from ecosim.errors import EcoSimError
 from ecosim.placements import parse_placement
 from ecosim.policies import Knob, PolicySpec, registry
@@ -243,7 +243,7 @@ def canonical_json(trace: TraceRef, sel: Selection, device: Device, placement: s
         "trace": {"path": trace.path, "fingerprint": trace.fingerprint,  # a cut's depth only when given: ids stay
                   **({"draft_steps": trace.steps} if trace.steps is not None else {})},
         **selection_doc(sel, fingerprints or {}),
-        "device": device.to_dict(), "placement": placement, "cost": asdict(settings.cost), "engine": "fast",
+        "device": device.to_dict(), "placement": placement, "cost": cost_doc(settings.cost), "engine": "fast",
     }
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
@@ -299,7 +299,8 @@ class Grid:
         return {
             "policies": self.policies, **{k.axis: self.knobs.get(k.name, []) for k in registry.knobs()},
             "hardware": self.hardware, "bandwidths": self.bandwidths, "placements": self.placements,
-            "draft_steps": self.draft_steps, "cost": asdict(self.settings.cost), "peak": self.settings.peak, "link_bw": self.settings.link_bw,
+            "draft_steps": self.draft_steps, "cost": cost_doc(self.settings.cost), "peak": self.settings.peak,
+            "link_bw": self.settings.link_bw,
             "pcie_bw": self.settings.pcie_bw,
         }
 

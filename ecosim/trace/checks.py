@@ -52,6 +52,9 @@ def _check_decoding(d: dict[str, Any], version: int) -> None:
     """greedy, or (version 3 on) a continuation sampled at temperature > 0 under a rule that replays exactly."""
     mode = d.get("mode")
     if mode == "greedy":
+        if version >= SAMPLED_VERSION:
+            raise TraceError(MANIFEST, f"version {version} is written for sampled traces only; a greedy trace is version "
+                             f"{SAMPLED_VERSION - 1} (or 1)", column="version")
         return
     if mode != "sample":
         raise TraceError(MANIFEST, f"must be 'greedy' or 'sample', not {mode!r}", column="decoding.mode")
