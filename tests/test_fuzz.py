@@ -128,8 +128,34 @@ def ref_manifest(m: Any) -> str | None:
         return "model sizes"
     if mo["expert_bytes"] <= 0 or mo["dense_bytes"] < 0 or mo["num_shared_experts"] < 0:
         return "model bytes"
-    if m["decoding"].get("mode") != "greedy":
+    if m["decoding"] != {"mode": "greedy"}:
         return "decoding"
+    # Ranges of the declaration (docs/TRACE_FORMAT.md's tables): sizes past any real model are unit slips.
+    if max(mo["num_layers"], mo["num_experts"], mo["num_shared_experts"]) > 32767 or \
+            max(mo["hidden_size"], mo["moe_intermediate_size"], mo["vocab_size"]) > 2**31 - 1:
+        return "model size past its range"
+    if max(mo["expert_bytes"], mo["dense_bytes"]) > 2**50:
+        return "model bytes past 1 PiB"
+    optional = {"kv_bytes_per_token": (0, 2**40, False), "bytes_per_param": (0, 8, True)}
+    for key, (lo, hi, open_lo) in optional.items():
+        if key in mo and not (_finite_number(mo[key]) and (mo[key] > lo if open_lo else mo[key] >= lo) and mo[key] <= hi):
+            return f"model.{key}"
+    if type(mo.get("source", "")) is not str or type(mo.get("act_quant", False)) is not bool:
+        return "model.source/act_quant"
+    d = m["draft"]
+    if type(d.get("name")) is not str or d.get("kind") not in (None, "model", "early-exit", "mtp", "eagle3") or \
+            type(d.get("source", "")) is not str:
+        return "draft name/kind/source"
+    for key, lo, hi in (("params", 0, 2**50), ("bytes", 0, 2**50), ("accept", 0, 1), ("accept_len", 0, 32767)):
+        v = d.get(key)
+        if v is not None and not (_finite_number(v) and lo <= v <= hi):
+            return f"draft.{key}"
+    if d.get("layers") is not None and not (_int(d["layers"]) and 1 <= d["layers"] <= 32767):
+        return "draft.layers"
+    t = m["tree"]
+    for key, lo, hi in (("depth", 0, 127), ("topk", 1, 32766), ("max_nodes", 0, 32766)):
+        if not (_int(t.get(key)) and lo <= t[key] <= hi):
+            return f"tree.{key}"
     seen = set()
     for r in m["requests"]:
         if type(r) is not dict or not _int(r.get("request_id")) or type(r.get("task")) is not str or not _int(r.get("positions")):
