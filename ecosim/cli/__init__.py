@@ -14,7 +14,7 @@ from typing import NoReturn
 import typer
 from rich.console import Console
 
-from ecosim.errors import EcoSimError
+from ecosim.errors import EcoSimError, InternalError
 
 try:  # typer >= 0.20 vendors its own copy of click; its exceptions are the ones raised
     from typer._click import exceptions as click
@@ -72,6 +72,9 @@ def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
     except EcoSimError as e:
         _say(prog, f"error: {e}")
         return 2
+    except InternalError as e:  # never a printed number: what went in, to report
+        _say(prog, f"internal error (please report): {e}")
+        return 70
     except getattr(click, "NoArgsIsHelpError", ()) as e:  # a bare command: its help
         try:
             print(e.ctx.get_help() if e.ctx is not None else f"usage: {prog} COMMAND --help")

@@ -11,6 +11,7 @@ A new kind of file is one `declare(...)` next to its model; nothing else names i
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import types
@@ -180,7 +181,7 @@ def allowed(field: FieldInfo) -> str:
 def _field_at(spec: type[BaseModel], loc: tuple[Any, ...]) -> FieldInfo | None:
     """The declared field a pydantic error location points at (list indices skipped)."""
     model: Any = spec
-    found: FieldInfo | None = None
+    found: FieldInfo | None = spec.model_fields["root"] if _is_root(spec) else None
     for part in loc:
         if isinstance(part, int):
             continue
@@ -227,8 +228,10 @@ def refusal(spec: type[BaseModel], error: ValidationError, file: str) -> GateErr
     if e["type"] == "extra_forbidden":
         parent = _field_at(spec, loc[:-1]) if len(loc) > 1 else None
         owner: Any = spec if parent is None else _strip_optional(parent.annotation)[0]
-        names = ", ".join(owner.model_fields) if isinstance(owner, type) and issubclass(owner, BaseModel) else ""
-        return GateError(file, field, f"is not a known field (misspelled?); allowed fields: {names}")
+        names = list(owner.model_fields) if isinstance(owner, type) and issubclass(owner, BaseModel) else []
+        near = difflib.get_close_matches(str(loc[-1]), names, n=1)
+        hint = f"did you mean '{near[0]}'? " if near else "misspelled? "
+        return GateError(file, field, f"is not a known field ({hint.strip()}); allowed fields: {', '.join(names)}")
     if e["type"] in ("value_error", "assertion_error"):  # a cross-field rule: its own words
         msg = str(e["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
         return GateError(file, field or None, f"is {shown(e.get('input'))}: {msg}" if field else msg)
