@@ -168,6 +168,7 @@ class CostModel:
 
     def __post_init__(self) -> None:
         self.terms = Terms.resolve(self.config, self.device)
+        self.placement.check_model(self.model)  # ep:64 on 32 experts: refused before any pricing
 
     @property
     def experts_only(self) -> bool:

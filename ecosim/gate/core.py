@@ -18,10 +18,10 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import annotated_types as at
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from ecosim.errors import EcoSimError
@@ -255,6 +255,18 @@ def check(kind: str | Kind, data: Any, where: str | Path) -> Any:
     return data
 
 
+def check_value(spec: type[BaseModel], name: str, value: Any, what: str) -> Any:
+    """One value against one declared field (a CLI override of a profile's field, `--bw` for `hbm_bw`):
+    `what: V is outside what FIELD allows: A`, the same rule a file with that field meets."""
+    field = spec.model_fields[name]
+    try:
+        TypeAdapter(Annotated[field.annotation, field]).validate_python(value)
+    except ValidationError:
+        v = f"{value:.4g}" if isinstance(value, float) else shown(value)
+        raise EcoSimError(f"{what} is {v} for '{name}'; allowed: {allowed(field)}") from None
+    return value
+
+
 def _is_root(spec: type[BaseModel]) -> bool:
     return "root" in spec.model_fields and len(spec.model_fields) == 1
 
@@ -276,9 +288,9 @@ def read_json(path: str | Path, what: str) -> Any:
     try:
         return json.loads(raw)
     except RecursionError:
-        raise EcoSimError(f"{p}: not valid JSON (nested too deeply)") from None
+        raise EcoSimError(f"{p}: not valid JSON (nested too deeply); expected {what}") from None
     except (UnicodeDecodeError, ValueError) as e:
-        raise EcoSimError(f"{p}: not valid JSON ({str(e).splitlines()[0][:200]})") from None
+        raise EcoSimError(f"{p}: not valid JSON ({str(e).splitlines()[0][:200]}); expected {what}") from None
 
 
 def load(kind: str | Kind, path: str | Path) -> Any:

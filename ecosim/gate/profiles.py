@@ -114,6 +114,6 @@ class PredictorHeader(Closed):
 
 HARDWARE = declare("hardware profile", HardwareSpec, "a hardware profile")
 SERVING = declare("serving profile", ServingSpec, "a serving profile")
-ARRIVALS = declare("arrivals", Arrivals, "a JSON list of arrival seconds")
+ARRIVALS = declare("arrivals", Arrivals, "an arrivals file (a JSON list of arrival seconds)")
 PREDICTOR = declare("predictor header", PredictorHeader, "a predictor file header")
 TABLES = {"hardware profile": HardwareSpec, "serving profile": ServingSpec}
