@@ -17,7 +17,7 @@ from ecosim.cost import CostModel
 from ecosim.errors import EcoSimError
 from ecosim.placements import parse_placement
 from ecosim.replay import no_positions
-from ecosim.sweep.executors import run_tasks
+from ecosim.sweep.executors import check_executor, run_tasks
 from ecosim.sweep.grid import Config, Grid, TraceRef, group_tasks
 from ecosim.sweep.results import SweepDir, atomic_write_text, config_record, trace_fingerprint
 from ecosim.sweep.tasks import batch_tasks
@@ -75,6 +75,7 @@ def run_sweep(
     `on_plan(total, skipped)` is called once the plan is known, `on_done(n)` as each task's n
     configurations are committed.
     """
+    check_executor(executor, ray_address)  # before anything is written: a cluster that does not answer is one line
     d = SweepDir(out)
     refs = trace_refs(traces)
     pricings = grid.pricings()
