@@ -36,7 +36,7 @@ class ServingSpec(Closed):
     """A serving profile: the free constants of the step model in ecosim/cost.py."""
 
     name: Str("the profile's name") = "none"
-    base: Str("optional: a shipped profile or another file this one changes (only the fields it names differ)") | None = None
+    base: Str("optional: a shipped profile or another file this one changes (only the fields it names differ)", null=True) = None
     step_fixed_s: Num(ge=0, le=1, doc="s per verification step: sampling, scheduling, graph launch") = 0.0
     kernel_latency_s: Num(ge=0, le=0.01, doc="s per kernel on a layer's critical path") = 0.0
     extra_layer_kernels: Num(ge=0, le=10_000, doc="kernels per layer an older engine launches beyond the fused count") = 0.0
@@ -52,7 +52,7 @@ class ServingSpec(Closed):
     spec_level_s: Num(ge=0, le=1, doc="s per draft level beyond its forward and counted kernels") = 0.0
     spec_sync_s: Num(ge=0, le=1, doc="s of host work per speculative step exposed by its sync") = 0.0
     spec_overlap: Annotated[bool, Field(strict=True, description="the engine hides that host work (SGLang spec v2)")] = True
-    draft_step_fixed_s: Num(ge=0, le=1, doc="older profiles' name of spec_sync_s (then not overlapped)") | None = None
+    draft_step_fixed_s: Num(ge=0, le=1, doc="older profiles' name of spec_sync_s (then not overlapped)", null=True) = None
     source: Str("where the profile comes from") = ""
     sources: Annotated[dict[str, str], Field(strict=True, description="per field, where its value comes from")] = {}
     fitted_on: Annotated[list[str], Field(strict=True, description="published rows the fitted fields were fitted on")] = []
@@ -75,18 +75,18 @@ class HardwareSpec(Closed):
     peak_fp8: Num(gt=0, le=EFLOP_S, doc="FLOP/s, dense FP8 peak (the BF16 one where the device has no FP8 path)")
     link_bw: Num(gt=0, le=PB_S, doc="bytes/s per direction between devices")
     pcie_bw: Num(gt=0, le=PB_S, doc="bytes/s per direction between host and device")
-    step_overhead_s: Num(ge=0, le=1, doc="calibrated: s per step beyond bytes and FLOPs") | None = None
-    bw_efficiency: Num(gt=0, le=1, doc="calibrated: achieved fraction of hbm_bw") | None = None
-    compute_efficiency: Num(gt=0, le=1, doc="calibrated: achieved fraction of the peaks") | None = None
+    step_overhead_s: Num(ge=0, le=1, doc="calibrated: s per step beyond bytes and FLOPs", null=True) = None
+    bw_efficiency: Num(gt=0, le=1, doc="calibrated: achieved fraction of hbm_bw", null=True) = None
+    compute_efficiency: Num(gt=0, le=1, doc="calibrated: achieved fraction of the peaks", null=True) = None
     overlap: Literal["max", "sum"] | None = Field(None, description="calibrated: how memory and compute time combine")
-    draft_time_s: Num(ge=0, le=10, doc="calibrated: draft seconds per speculative step") | None = None
-    serving: ServingSpec | None = Field(None, description="calibrated: the serving terms the profile carries (table `serving profile`)")
-    calibration: Annotated[dict[str, Any], Field(strict=True, description="written by `validate calibrate`: its design and fit")] | None = None
+    draft_time_s: Num(ge=0, le=10, doc="calibrated: draft seconds per speculative step", null=True) = None
+    serving: ServingSpec | None = Field(None, description="calibrated: the serving terms the profile carries (the serving profile table)")
+    calibration: Annotated[dict[str, Any] | None, Field(strict=True, description="written by `validate calibrate`: its design and fit")] = None
     source: Str("where the figures come from") = ""
     link_latency_s: Num(ge=0, le=0.1, doc="s per collective the link adds beyond the serving profile's") = 0.0
     graph_node_s: Num(ge=0, le=0.01, doc="s per kernel the platform's graph replay adds (0 on NVIDIA)") = 0.0
-    internode_link_bw: Num(gt=0, le=PB_S, doc="bytes/s per GPU per direction between nodes") | None = None
-    internode_latency_s: Num(ge=0, le=0.1, doc="s per collective across nodes") | None = None
+    internode_link_bw: Num(gt=0, le=PB_S, doc="bytes/s per GPU per direction between nodes", null=True) = None
+    internode_latency_s: Num(ge=0, le=0.1, doc="s per collective across nodes", null=True) = None
 
     @model_validator(mode="before")
     @classmethod
@@ -116,4 +116,4 @@ HARDWARE = declare("hardware profile", HardwareSpec, "a hardware profile")
 SERVING = declare("serving profile", ServingSpec, "a serving profile")
 ARRIVALS = declare("arrivals", Arrivals, "an arrivals file (a JSON list of arrival seconds)")
 PREDICTOR = declare("predictor header", PredictorHeader, "a predictor file header")
-TABLES = {"hardware profile": HardwareSpec, "serving profile": ServingSpec}
+TABLES = {"hardware": HardwareSpec, "serving": ServingSpec}

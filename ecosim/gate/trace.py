@@ -20,18 +20,20 @@ INT16_MAX, INT32_MAX = 2**15 - 1, 2**31 - 1
 MAX_BYTES = 2.0**50  # 1 PiB
 
 
-def Int(lo: int | None = None, hi: int | None = None, doc: str = "", **kw: Any) -> Any:
-    """A JSON integer (not a bool, not 2.0) within [lo, hi]."""
-    return Annotated[int, Field(strict=True, ge=lo, le=hi, description=doc, **kw)]
+def Int(lo: int | None = None, hi: int | None = None, doc: str = "", null: bool = False, **kw: Any) -> Any:
+    """A JSON integer (not a bool, not 2.0) within [lo, hi]; with `null`, or null."""
+    return Annotated[int | None if null else int, Field(strict=True, ge=lo, le=hi, description=doc, **kw)]
 
 
-def Num(gt: float | None = None, ge: float | None = None, le: float | None = None, doc: str = "", **kw: Any) -> Any:
-    """A finite JSON number (int or float, not a bool) within its bounds."""
-    return Annotated[float, Field(strict=True, allow_inf_nan=False, gt=gt, ge=ge, le=le, description=doc, **kw)]
+def Num(gt: float | None = None, ge: float | None = None, le: float | None = None, doc: str = "", null: bool = False,
+        **kw: Any) -> Any:
+    """A finite JSON number (int or float, not a bool) within its bounds; with `null`, or null."""
+    return Annotated[float | None if null else float,
+                     Field(strict=True, allow_inf_nan=False, gt=gt, ge=ge, le=le, description=doc, **kw)]
 
 
-def Str(doc: str = "", **kw: Any) -> Any:
-    return Annotated[str, Field(strict=True, description=doc, **kw)]
+def Str(doc: str = "", null: bool = False, **kw: Any) -> Any:
+    return Annotated[str | None if null else str, Field(strict=True, description=doc, **kw)]
 
 
 class Spec(BaseModel):
@@ -63,18 +65,18 @@ class ModelSpec(Spec):
     bytes_per_param: Num(gt=0, le=8, doc="optional (default 2): weight bytes per parameter as stored (1 FP8, 2 BF16, 0.53 MXFP4)") = 2.0
     source: Str("optional: where the shape comes from") = ""
     act_quant: Annotated[bool, Field(strict=True, description="optional (default false): FP8 weights with dynamic activation quantisation")] = False
-    n_group: Int(0, INT16_MAX, "optional: DeepSeek-style routing groups where they differ from the family's (both 0: no limit)", json_schema_extra={"allowed": "an integer dividing num_experts, or 0"}) | None = None
-    topk_group: Int(0, INT16_MAX, "optional: groups a token's experts come from", json_schema_extra={"allowed": "an integer in [0, n_group]"}) | None = None
+    n_group: Int(0, INT16_MAX, "optional: DeepSeek-style routing groups where they differ from the family's (both 0: no limit)", json_schema_extra={"allowed": "an integer dividing num_experts, or 0"}, null=True) = None
+    topk_group: Int(0, INT16_MAX, "optional: groups a token's experts come from", json_schema_extra={"allowed": "an integer in [0, n_group]"}, null=True) = None
 
 
 class DraftSpec(Spec):
     name: Str("the draft's name")
     kind: Literal["model", "early-exit", "mtp", "eagle3"] | None = Field(None, description="optional: how a draft forward is priced (ecosim/catalog/drafts.py)")
-    params: Num(ge=0, le=2.0**50, doc="optional: the draft's parameters") | None = None
-    bytes: Num(ge=0, le=MAX_BYTES, doc="optional: the draft's weights, read once per tree level (0 or absent: from the target's shape)") | None = None
-    layers: Int(1, INT16_MAX, "optional: decoder layers per draft forward") | None = None
-    accept: Num(ge=0, le=1, doc="optional (generated traces): the generator's per-node acceptance") | None = None
-    accept_len: Num(ge=0, le=INT16_MAX, doc="optional (generated traces): the published acceptance length matched") | None = None
+    params: Num(ge=0, le=2.0**50, doc="optional: the draft's parameters", null=True) = None
+    bytes: Num(ge=0, le=MAX_BYTES, doc="optional: the draft's weights, read once per tree level (0 or absent: from the target's shape)", null=True) = None
+    layers: Int(1, INT16_MAX, "optional: decoder layers per draft forward", null=True) = None
+    accept: Num(ge=0, le=1, doc="optional (generated traces): the generator's per-node acceptance", null=True) = None
+    accept_len: Num(ge=0, le=INT16_MAX, doc="optional (generated traces): the published acceptance length matched", null=True) = None
     source: Str("optional: where the figures come from") = ""
 
 
@@ -92,7 +94,7 @@ class RequestSpec(Spec):
     request_id: Int(0, INT32_MAX, "unique within the trace")
     task: Str("e.g. `coding`, `reasoning`, `qa`, `dialogue`")
     positions: Int(0, INT32_MAX, "rows of positions.parquet for this request")
-    prompt_ids: Annotated[list[Int(0, INT32_MAX)], Field(strict=True, description="optional (synthetic traces may leave it out): the prompt's token ids", json_schema_extra={"allowed": "a list of integers in [0, vocab_size)"})] | None = None
+    prompt_ids: Annotated[list[Int(0, INT32_MAX)] | None, Field(strict=True, description="optional (synthetic traces may leave it out): the prompt's token ids", json_schema_extra={"allowed": "a list of integers in [0, vocab_size), or null"})] = None
 
 
 class Provenance(Spec):
@@ -109,13 +111,13 @@ class Manifest(Spec):
     draft: DraftSpec = Field(description="the draft (table `draft`); traces from `tracer record` add `shares_target`, `shape` and `levels` (tracer/drafts/cost.py)")
     tree: TreeSpec = Field(description="how candidates were expanded (table `tree`)")
     decoding: Decoding = Field(description='`{"mode": "greedy"}`')
-    requests: Annotated[list[RequestSpec], Field(strict=True, description="one object per request (table `requests[]`); may be empty")]
+    requests: Annotated[list[RequestSpec], Field(strict=True, description="one object per request (table `requests`); may be empty")]
     recorded_on: Annotated[dict[str, Any], Field(strict=True, description="device, library versions, date; free form")]
 
 
 MANIFEST = declare("manifest", Manifest, "a trace manifest")
 # Each table of the manifest in the docs: its title there and its model.
 TABLES: dict[str, type[BaseModel]] = {
-    "manifest.json": Manifest, "model": ModelSpec, "draft": DraftSpec, "tree": TreeSpec, "requests[]": RequestSpec,
+    "manifest.json": Manifest, "model": ModelSpec, "draft": DraftSpec, "tree": TreeSpec, "requests": RequestSpec,
     "provenance": Provenance,
 }
