@@ -170,9 +170,11 @@ def allowed(field: FieldInfo) -> str:
     extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
     if "allowed" in extra:  # a field whose rule words say better than its type (cross-field ranges)
         return str(extra["allowed"])
-    text = _type_text(field.annotation)
+    base, optional = _strip_optional(field.annotation)
+    text = _type_text(base)
     b = bounds(field.metadata)
-    return f"{text} {b}" if b else text
+    text = f"{text} {b}" if b else text
+    return f"{text}, or null" if optional else text
 
 
 # ------------------------------------------------------------------ refusals
