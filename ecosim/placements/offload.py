@@ -11,7 +11,7 @@ from ecosim.cache import ExpertCache
 from ecosim.catalog.devices import Device
 from ecosim.catalog.models import ModelShape
 from ecosim.errors import EcoSimError
-from ecosim.gate.values import INT16_MAX, ascii_int, warn
+from ecosim.gate.values import INT16_MAX, ascii_int
 from ecosim.placements.base import Placement
 
 
@@ -33,11 +33,6 @@ class Offload(Placement):
 
     def __str__(self) -> str:
         return f"offload:{self.capacity}:{self.eviction}"
-
-    def check_model(self, model: ModelShape) -> None:
-        if self.capacity >= model.num_experts:
-            warn(f"placement {self}: a cache of {self.capacity} experts per layer holds all {model.num_experts} of "
-                 f"{model.name}'s: nothing is offloaded (the same as hbm); offload:CAP needs CAP < {model.num_experts}")
 
     def resident_experts(self, model: ModelShape) -> float:
         return float(min(self.capacity, model.num_experts))
