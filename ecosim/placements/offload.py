@@ -25,7 +25,7 @@ class Offload(Placement):
     @classmethod
     def parse(cls, text: str) -> Offload | None:
         parts = text.split(":")
-        if parts[0] != "offload" or len(parts) not in (2, 3) or not parts[1]:
+        if parts[0] != "offload" or len(parts) not in (2, 3) or not parts[1].isdigit():
             return None
         capacity = ascii_int(parts[1], f"placement {text!r}", 1, INT16_MAX)
         eviction = parts[2] if len(parts) == 3 else "lru"

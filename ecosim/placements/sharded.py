@@ -99,6 +99,6 @@ def _degree(text: str, prefix: str) -> int | None:
     """N of `prefix:N`: ASCII digits (no `²`), in [1, 32767] (no model has more experts or a larger group);
     None where the text is another placement's syntax."""
     head, _, n = text.partition(":")
-    if head != prefix or not n:
+    if head != prefix or not n.isdigit():  # isdigit: any script's digits, so `ep:²` is refused by name below
         return None
     return ascii_int(n, f"placement {text!r}", 1, INT16_MAX)
