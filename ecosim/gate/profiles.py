@@ -20,6 +20,9 @@ from ecosim.gate.trace import MAX_BYTES, Closed, Int, Num, Str
 
 PB_S = 1e15  # bytes/s: above every device's memory by two orders of magnitude
 EFLOP_S = 1e18  # FLOP/s
+# Below any machine that runs a model (a floppy disk reads 62.5 kB/s): past it, times overflow sums to infinity.
+MB_S = 1e6  # bytes/s
+MFLOP_S = 1e6  # FLOP/s
 
 
 def _undeclared_dataclass_fields(data: Any, owner: type, spec: type) -> Any:
@@ -42,11 +45,11 @@ class ServingSpec(Closed):
     extra_layer_kernels: Num(ge=0, le=10_000, doc="kernels per layer an older engine launches beyond the fused count") = 0.0
     extra_kernel_s: Num(ge=0, le=0.01, doc="s per such extra kernel") = 0.0
     collective_latency_s: Num(ge=0, le=0.1, doc="s per all-reduce or all-to-all round, before its bytes") = 0.0
-    bw_efficiency: Num(gt=0, le=1, doc="achieved fraction of peak memory bandwidth") = 1.0
-    compute_efficiency: Num(gt=0, le=1, doc="achieved fraction of dense peak FLOP/s in a full GEMM tile") = 1.0
+    bw_efficiency: Num(ge=0.001, le=1, doc="achieved fraction of peak memory bandwidth") = 1.0
+    compute_efficiency: Num(ge=0.001, le=1, doc="achieved fraction of dense peak FLOP/s in a full GEMM tile") = 1.0
     gemm_tile_rows: Num(ge=0, le=4096, doc="rows of a grouped-GEMM tile; 0: no tile quantisation") = 0.0
     overlap: Literal["max", "sum"] = Field("max", description="`max`: memory and compute overlap (GPU); `sum`: they add (CPU)")
-    memory_fraction: Num(gt=0, le=1, doc="fraction of device memory for weights and KV cache") = 0.9
+    memory_fraction: Num(ge=0.001, le=1, doc="fraction of device memory for weights and KV cache") = 0.9
     spec_step_kernels: Num(ge=0, le=10_000, doc="kernels per speculative step beyond the forwards") = 0.0
     spec_level_kernels: Num(ge=0, le=10_000, doc="kernels per draft level beyond its forward") = 0.0
     spec_level_s: Num(ge=0, le=1, doc="s per draft level beyond its forward and counted kernels") = 0.0
@@ -69,15 +72,15 @@ class HardwareSpec(Closed):
     """A device: a data sheet's fields in bytes, bytes/s and FLOP/s, or a `validate calibrate` profile."""
 
     name: Str("the device's name")
-    hbm_bw: Num(gt=0, le=PB_S, doc="bytes/s, peak memory bandwidth")
+    hbm_bw: Num(ge=MB_S, le=PB_S, doc="bytes/s, peak memory bandwidth")
     hbm_bytes: Num(gt=0, le=MAX_BYTES, doc="bytes of device memory")
-    peak_bf16: Num(gt=0, le=EFLOP_S, doc="FLOP/s, dense BF16 peak")
-    peak_fp8: Num(gt=0, le=EFLOP_S, doc="FLOP/s, dense FP8 peak (the BF16 one where the device has no FP8 path)")
-    link_bw: Num(gt=0, le=PB_S, doc="bytes/s per direction between devices")
-    pcie_bw: Num(gt=0, le=PB_S, doc="bytes/s per direction between host and device")
+    peak_bf16: Num(ge=MFLOP_S, le=EFLOP_S, doc="FLOP/s, dense BF16 peak")
+    peak_fp8: Num(ge=MFLOP_S, le=EFLOP_S, doc="FLOP/s, dense FP8 peak (the BF16 one where the device has no FP8 path)")
+    link_bw: Num(ge=MB_S, le=PB_S, doc="bytes/s per direction between devices")
+    pcie_bw: Num(ge=MB_S, le=PB_S, doc="bytes/s per direction between host and device")
     step_overhead_s: Num(ge=0, le=1, doc="calibrated: s per step beyond bytes and FLOPs", null=True) = None
-    bw_efficiency: Num(gt=0, le=1, doc="calibrated: achieved fraction of hbm_bw", null=True) = None
-    compute_efficiency: Num(gt=0, le=1, doc="calibrated: achieved fraction of the peaks", null=True) = None
+    bw_efficiency: Num(ge=0.001, le=1, doc="calibrated: achieved fraction of hbm_bw", null=True) = None
+    compute_efficiency: Num(ge=0.001, le=1, doc="calibrated: achieved fraction of the peaks", null=True) = None
     overlap: Literal["max", "sum"] | None = Field(None, description="calibrated: how memory and compute time combine")
     draft_time_s: Num(ge=0, le=10, doc="calibrated: draft seconds per speculative step", null=True) = None
     serving: ServingSpec | None = Field(None, description="calibrated: the serving terms the profile carries (the serving profile table)")
@@ -85,7 +88,7 @@ class HardwareSpec(Closed):
     source: Str("where the figures come from") = ""
     link_latency_s: Num(ge=0, le=0.1, doc="s per collective the link adds beyond the serving profile's") = 0.0
     graph_node_s: Num(ge=0, le=0.01, doc="s per kernel the platform's graph replay adds (0 on NVIDIA)") = 0.0
-    internode_link_bw: Num(gt=0, le=PB_S, doc="bytes/s per GPU per direction between nodes", null=True) = None
+    internode_link_bw: Num(ge=MB_S, le=PB_S, doc="bytes/s per GPU per direction between nodes", null=True) = None
     internode_latency_s: Num(ge=0, le=0.1, doc="s per collective across nodes", null=True) = None
 
     @model_validator(mode="before")
