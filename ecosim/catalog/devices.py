@@ -88,7 +88,7 @@ def load_profile(path: Path) -> Device:
     from ecosim.gate import load
     from ecosim.gate.profiles import HARDWARE
 
-    data = load(HARDWARE, path)
+    data = load(HARDWARE, path, undeclared={f.name for f in dataclasses.fields(Device)})
     try:
         return _device(data)
     except (ValueError, TypeError, AttributeError) as e:

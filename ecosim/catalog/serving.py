@@ -104,7 +104,8 @@ def load_serving(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> Servi
     if not isinstance(data, dict):
         raise EcoSimError(f"{path}: a serving profile is a JSON object of ServingProfile fields")
     # The gate: every field's type and range, and a misspelled field named with the ones allowed.
-    gate.check(HARDWARE if "hbm_bw" in data or "calibration" in data else SERVING, data, path)
+    hardware = "hbm_bw" in data or "calibration" in data
+    gate.check(HARDWARE if hardware else SERVING, data, path, () if hardware else {f.name for f in dataclasses.fields(ServingProfile)})
     if isinstance(data.get("serving"), dict):  # a hardware profile carrying its own terms
         data = data["serving"]
     elif "calibration" in data:  # a calibrated hardware profile written before profiles carried serving terms

@@ -16,6 +16,7 @@ import json
 import math
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -243,11 +244,15 @@ def refusal(spec: type[BaseModel], error: ValidationError, file: str) -> GateErr
                      else f"{shown(e.get('input'))}; expected {rule}")
 
 
-def check(kind: str | Kind, data: Any, where: str | Path) -> Any:
-    """Validate a parsed document against its declaration; return it unchanged, or raise GateError."""
+def check(kind: str | Kind, data: Any, where: str | Path, undeclared: Iterable[str] = ()) -> Any:
+    """Validate a parsed document against its declaration; return it unchanged, or raise GateError.
+
+    `undeclared`: keys the reader knows but the declaration does not list yet (a dataclass field added since),
+    let through untyped rather than refused as misspellings."""
     k = KINDS[kind] if isinstance(kind, str) else kind
+    extra = set(undeclared) - set(k.spec.model_fields)
     try:
-        k.spec.model_validate(data)
+        k.spec.model_validate({a: b for a, b in data.items() if a not in extra} if extra and isinstance(data, dict) else data)
     except ValidationError as e:
         if not isinstance(data, dict) and k.spec.model_config.get("root") is None and not _is_root(k.spec):
             raise GateError(str(where), None, f"expected {k.what} (a JSON object), got {shown(data)}") from None
@@ -295,7 +300,7 @@ def read_json(path: str | Path, what: str) -> Any:
         raise EcoSimError(f"{p}: not valid JSON ({str(e).splitlines()[0][:200]}); expected {what}") from None
 
 
-def load(kind: str | Kind, path: str | Path) -> Any:
+def load(kind: str | Kind, path: str | Path, undeclared: Iterable[str] = ()) -> Any:
     """Read a JSON file and check it against its declaration: the gate for every file a user hands in."""
     k = KINDS[kind] if isinstance(kind, str) else kind
-    return check(k, read_json(path, k.what), path)
+    return check(k, read_json(path, k.what), path, undeclared)

@@ -5,12 +5,12 @@ FILE`) and a predictor file's header. docs/PROFILES.md's tables are generated fr
 Ranges are what a real machine can be, with room: a bandwidth above 1 PB/s or a kernel of a second is a unit
 slip, refused with what is allowed. Keys ending in `_source` (where a value comes from) are free text. A field
 of the dataclass a file becomes (Device, ServingProfile) that this file does not yet declare is let through
-untyped (tests/test_gate.py fails until it is declared), so adding a field is never a refusal of shipped data.
+untyped (the loader names them: `check(..., undeclared=...)`; tests/test_trace_doc.py fails until it is
+declared), so adding a field is never a refusal of shipped data.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, RootModel, model_validator
@@ -25,14 +25,11 @@ MB_S = 1e6  # bytes/s
 MFLOP_S = 1e6  # FLOP/s
 
 
-def _undeclared_dataclass_fields(data: Any, owner: type, spec: type) -> Any:
-    """Drop `*_source` notes and fields of `owner` (a dataclass) that `spec` does not declare yet."""
+def _notes_dropped(data: Any) -> Any:
+    """`*_source` keys are free-text notes on where a value comes from: not fields."""
     if not isinstance(data, dict):
         return data
-    declared = set(spec.model_fields)  # type: ignore[attr-defined]
-    known = {f.name for f in dataclasses.fields(owner)}
-    return {k: v for k, v in data.items()
-            if k in declared or not ((k.endswith("_source") and isinstance(v, str)) or k in known)}
+    return {k: v for k, v in data.items() if not (k.endswith("_source") and isinstance(v, str))}
 
 
 class ServingSpec(Closed):
@@ -62,10 +59,8 @@ class ServingSpec(Closed):
 
     @model_validator(mode="before")
     @classmethod
-    def _let_new_fields_through(cls, data: Any) -> Any:
-        from ecosim.catalog.serving import ServingProfile
-
-        return _undeclared_dataclass_fields(data, ServingProfile, cls)
+    def drop_notes(cls, data: Any) -> Any:
+        return _notes_dropped(data)
 
 
 class HardwareSpec(Closed):
@@ -93,10 +88,8 @@ class HardwareSpec(Closed):
 
     @model_validator(mode="before")
     @classmethod
-    def _let_new_fields_through(cls, data: Any) -> Any:
-        from ecosim.catalog.devices import Device
-
-        return _undeclared_dataclass_fields(data, Device, cls)
+    def drop_notes(cls, data: Any) -> Any:
+        return _notes_dropped(data)
 
 
 class Arrivals(RootModel[Annotated[list[Num(ge=0, le=1e9)], Field(strict=True, min_length=1)]]):
