@@ -403,3 +403,22 @@ def test_a_killed_sweep_leaves_no_worker_behind(tmp_path, base):
         for k in kids:
             if _alive(k):
                 os.kill(k, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("prog,args,needle", [
+    ("validate", ["run", "--out", "{D}/r", "--policy", "ar", "--threads", "0"], "--threads"),
+    ("validate", ["calibrate", "--model", "x", "--out", "{D}/p.json", "--depth", "0"], "--depth"),
+    ("validate", ["calibrate", "--model", "x", "--out", "{D}/p.json", "--topk", "-1"], "--topk"),
+    ("validate", ["calibrate", "--model", "x", "--out", "{D}/p.json", "--seed", "-1"], "--seed"),
+    ("tracer", ["tiny", "--out", "{D}/m", "--seed", "-1"], "--seed"),
+])
+def test_validate_and_tracer_refuse_out_of_range_numbers_before_any_work(capsys, tmp_path, prog, args, needle):
+    pytest.importorskip("torch")
+    main = __import__(f"{prog}.cli", fromlist=["main"]).main
+    try:
+        code = main([a.replace("{D}", str(tmp_path)) for a in args])
+    except SystemExit as e:  # tracer's main exits with the status
+        code = e.code
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err and "Traceback" not in err, err
+    assert not any(tmp_path.iterdir())
