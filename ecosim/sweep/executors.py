@@ -38,10 +38,16 @@ def default_jobs() -> int:
 def _exit_with_parent(parent: int) -> None:
     """Initializer of every pool worker: a worker never outlives the sweep that started it (killed with
     SIGKILL, the driver cannot shut its pool down). Linux: the kernel sends SIGKILL when the parent dies;
-    elsewhere a thread polls the parent's pid."""
+    elsewhere a thread polls the parent's pid. A worker says no warnings: the driver, which planned the same
+    configurations, has said each once."""
     import signal
     import threading
     import time
+    import warnings
+
+    from ecosim.gate.values import EcoSimWarning
+
+    warnings.simplefilter("ignore", EcoSimWarning)
 
     try:
         import ctypes
