@@ -74,7 +74,7 @@ def _num(x: Any) -> str:
     if isinstance(x, float) and x.is_integer() and abs(x) < 2**64:
         x = int(x)
     if isinstance(x, int) and abs(x) >= 10**6:
-        for p in range(20, 64):
+        for p in range(20, 65):
             if x == 2**p - 1:
                 return f"2^{p}-1"
             if x == 2**p:

@@ -87,7 +87,12 @@ class TreeSpec(Spec):
 
 
 class Decoding(Closed):
-    mode: Literal["greedy"] = Field(description="the only mode of versions 1 and 2")
+    mode: Literal["greedy", "sample"] = Field(description="`greedy`; from version 3 also `sample` (the target's own sample)")
+    temperature: Num(gt=0, le=100, doc="sampled: the temperature", null=True) = None
+    top_p: Num(gt=0, le=1, doc="sampled: nucleus mass kept") = 1.0
+    top_k: Int(0, 2**31 - 1, "sampled: tokens sampled among (0: all)") = 0
+    seed: Int(0, 2**64 - 1, "sampled: seed of the continuation", null=True) = None
+    verify: Literal["target-only"] | None = Field(None, description="sampled: the verification rule that replays the trace exactly")
 
 
 class RequestSpec(Spec):
@@ -104,13 +109,13 @@ class Provenance(Spec):
 
 class Manifest(Spec):
     format: Literal["ecosim-trace"] = Field(description="always this string")
-    version: Literal[1, 2] = Field(description="`2` is written; `1` (no `provenance`) is still read")
+    version: Literal[1, 2, 3] = Field(description="`2` is written (`3` for a sampled continuation); `1` (no `provenance`) is still read")
     synthetic: Annotated[bool, Field(strict=True, description="true for generated traces; reports must say so")]
     provenance: Provenance | None = Field(None, description="required by version 2: where the routing comes from (table `provenance`)")
     model: ModelSpec = Field(description="the target's shape (table `model`)")
     draft: DraftSpec = Field(description="the draft (table `draft`); traces from `tracer record` add `shares_target`, `shape` and `levels` (tracer/drafts/cost.py)")
     tree: TreeSpec = Field(description="how candidates were expanded (table `tree`)")
-    decoding: Decoding = Field(description='`{"mode": "greedy"}`')
+    decoding: Decoding = Field(description='`{"mode": "greedy"}`, or from version 3 a sampled continuation (table `decoding`)')
     requests: Annotated[list[RequestSpec], Field(strict=True, description="one object per request (table `requests`); may be empty")]
     recorded_on: Annotated[dict[str, Any], Field(strict=True, description="device, library versions, date; free form")]
 
@@ -118,6 +123,6 @@ class Manifest(Spec):
 MANIFEST = declare("manifest", Manifest, "a trace manifest")
 # Each table of the manifest in the docs: its title there and its model.
 TABLES: dict[str, type[BaseModel]] = {
-    "manifest.json": Manifest, "model": ModelSpec, "draft": DraftSpec, "tree": TreeSpec, "requests": RequestSpec,
+    "manifest.json": Manifest, "model": ModelSpec, "draft": DraftSpec, "tree": TreeSpec, "decoding": Decoding, "requests": RequestSpec,
     "provenance": Provenance,
 }

@@ -16,7 +16,8 @@ from ecosim.catalog.shape import group_limit_problem
 from ecosim.errors import EcoSimError
 from ecosim.gate import GateError
 from ecosim.gate.trace import MANIFEST as MANIFEST_SPEC
-from ecosim.trace.schema import FORMAT, MANIFEST, NODES, POSITIONS, PROVENANCES, READABLE_VERSIONS
+from ecosim.trace.schema import (FORMAT, MANIFEST, NODES, POSITIONS, PROVENANCES, READABLE_VERSIONS, SAMPLED_RULES,
+                                 SAMPLED_VERSION)
 
 
 class TraceError(EcoSimError):
@@ -37,6 +38,22 @@ class TraceError(EcoSimError):
 
 def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_decoding(d: dict[str, Any], version: int) -> None:
+    """greedy, or (version 3 on) a continuation sampled at temperature > 0 under a rule that replays exactly."""
+    mode = d.get("mode")
+    if mode == "greedy":
+        return
+    if mode != "sample":
+        raise TraceError(MANIFEST, f"must be 'greedy' or 'sample', not {mode!r}", column="decoding.mode")
+    if version < SAMPLED_VERSION:
+        raise TraceError(MANIFEST, f"a sampled trace is version {SAMPLED_VERSION}; version {version} records greedy "
+                         "decoding only", column="decoding.mode")
+    if d.get("temperature") is None:  # its range is the declaration's (ecosim/gate/trace.py)
+        raise TraceError(MANIFEST, "missing key; a sampled trace names its temperature in (0, 100]", column="decoding.temperature")
+    if d.get("verify") not in SAMPLED_RULES:
+        raise TraceError(MANIFEST, f"must be one of {', '.join(SAMPLED_RULES)}", column="decoding.verify")
 
 
 def check_manifest(m: Any) -> None:
@@ -75,6 +92,7 @@ def check_manifest(m: Any) -> None:
         why = group_limit_problem(model.get("n_group"), model.get("topk_group"), model["num_experts"], model["top_k"])
         if why:
             raise TraceError(MANIFEST, why, column="model.n_group")
+    _check_decoding(m["decoding"], m["version"])
     seen: set[int] = set()
     for i, r in enumerate(m["requests"]):
         col = f"requests[{i}]"
