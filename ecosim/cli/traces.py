@@ -165,7 +165,7 @@ def synth(
                       accept, confidence, gates=gates, seed=seed, draft=draft, draft_model=dense, temperature=temperature,
                       accept_len=accept_len if accept_len is not None else (d.accept_len if d else None) or (published.accept_len if published else None),
                       preset=source, **knobs)
-    check_synth_size(requests, positions, max_nodes, shape.num_moe_layers * shape.top_k, gates)
+    check_synth_size(requests, positions, cfg.max_nodes, shape.num_moe_layers * shape.top_k, gates)
     print("routing knobs: " + ", ".join(f"{k}={v:g}" for k, v in knobs.items()) + f" ({source})")
     if source == "defaults":
         Console(stderr=True).print(f"warning: no routing preset fits {shape.name} ({shape.num_experts} experts, top-{shape.top_k}): "
