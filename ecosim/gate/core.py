@@ -254,7 +254,7 @@ def check(kind: str | Kind, data: Any, where: str | Path, undeclared: Iterable[s
     try:
         k.spec.model_validate({a: b for a, b in data.items() if a not in extra} if extra and isinstance(data, dict) else data)
     except ValidationError as e:
-        if not isinstance(data, dict) and k.spec.model_config.get("root") is None and not _is_root(k.spec):
+        if not isinstance(data, dict) and not _is_root(k.spec):
             raise GateError(str(where), None, f"expected {k.what} (a JSON object), got {shown(data)}") from None
         raise refusal(k.spec, e, str(where)) from None
     except RecursionError:
@@ -264,7 +264,7 @@ def check(kind: str | Kind, data: Any, where: str | Path, undeclared: Iterable[s
 
 def check_value(spec: type[BaseModel], name: str, value: Any, what: str) -> Any:
     """One value against one declared field (a CLI override of a profile's field, `--bw` for `hbm_bw`):
-    `what: V is outside what FIELD allows: A`, the same rule a file with that field meets."""
+    `WHAT is V for 'FIELD'; allowed: A`, the same rule a file with that field meets."""
     field = spec.model_fields[name]
     try:
         TypeAdapter(Annotated[field.annotation, field]).validate_python(value)
