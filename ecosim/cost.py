@@ -53,6 +53,7 @@ from ecosim.catalog.hosts import Host, load_host
 from ecosim.catalog.models import ModelShape
 from ecosim.catalog.serving import DEFAULT_SERVING, HOST_DEFAULTS, MEASURED, ServingProfile, load_serving
 from ecosim.options import choice, duration, fraction, option
+from ecosim.errors import InternalError
 from ecosim.placements import Hbm, Placement
 
 ACT_BYTES = 2  # BF16 activations crossing the link
@@ -209,6 +210,7 @@ class CostModel:
             if self.placement.on_host:  # the host is the device (hosts.py: Host.as_device)
                 self.device = host.as_device()
         self.terms = Terms.resolve(self.config, self.device)
+        self.placement.check_model(self.model)  # ep:64 on 32 experts: refused before any pricing
         self.engine = Terms.profile(self.config, self.device)
 
     @property
@@ -280,7 +282,7 @@ class CostModel:
         kernels = (t.spec_step_kernels + d * t.spec_level_kernels) * self.kernel_s
         return kernels + d * t.spec_level_s + (0.0 if t.spec_overlap else t.spec_sync_s)
 
-    def draft_time(self, speculative: bool, steps: float | None = None) -> float:
+    def _draft_time(self, speculative: bool, steps: float | None = None) -> float:
         """Seconds of the draft side of one speculative step (0 for plain steps): d = `steps` draft
         forwards (default `tree_depth`, the setting's N) plus the bookkeeping of d levels
         (drafts.py); --draft-time replaces it all, whatever d. A step of 0 steps drafts nothing."""
@@ -303,10 +305,16 @@ class CostModel:
             out[(asked > 0) & (d == x)] = self.draft_time(True, None if x == self.tree_depth else float(x))
         return out
 
+    def draft_time(self, speculative: bool, steps: float | None = None) -> float:
+        return self.checked("draft time", self._draft_time(speculative, steps))
+
     def _combine(self, memory: np.ndarray | float, compute: np.ndarray) -> np.ndarray:
         return np.maximum(memory, compute) if self.terms.overlap == "max" else memory + compute
 
     def device_layer_times(self, union: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        return self.checked("expert-group layer times", self._device_layer_times(union, tokens))
+
+    def _device_layer_times(self, union: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """Seconds each expert group spends on each MoE layer: (steps, layers, groups).
 
         `union` is (steps, layers, groups) distinct experts each group reads; `tokens` (steps,)
@@ -343,7 +351,7 @@ class CostModel:
 
     def copy_time(self, misses: np.ndarray) -> np.ndarray:
         """Seconds to copy missed experts host -> device over PCIe."""
-        return misses * float(self.model.expert_bytes) / self.device.pcie_bw
+        return self.checked("copy time", misses * float(self.model.expert_bytes) / self.device.pcie_bw)
 
     def layer_times(self, union: np.ndarray, tokens: np.ndarray, misses: np.ndarray | None = None) -> np.ndarray:
         """Seconds per (step, MoE layer), run back to back: the slowest group, the layer's
@@ -353,13 +361,13 @@ class CostModel:
         `misses` (steps, layers) experts copied over PCIe under offload.
         """
         per_group = union if union.ndim == 3 else union[..., None]
-        t = self.device_layer_times(per_group, tokens).max(axis=-1) + self.collective_time(tokens)[:, None]
+        t = self._device_layer_times(per_group, tokens).max(axis=-1) + self.collective_time(tokens)[:, None]
         if self.host_mask is not None:  # the host's layers (cpu-moe[:N], cpu): one group, priced by host_cost
             mask = self.host_mask
             t[:, mask] = host_layer_times(self, per_group[:, mask, 0], tokens)
         if misses is not None:
-            t = t + self.copy_time(misses)
-        return t
+            t = t + misses * float(self.model.expert_bytes) / self.device.pcie_bw
+        return self.checked("layer times", t)
 
     def layer_table(self, union: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """F(u, n) of one MoE layer for a selection pricer (marginal.py): `union` (tokens, u values, groups).
@@ -389,13 +397,16 @@ class CostModel:
         the dense layers' collectives, and the draft."""
         if self.experts_only:
             return np.zeros(len(tokens))
+        return self.checked("step times outside the experts", self._other_times(tokens, context, speculative))
+
+    def _other_times(self, tokens: np.ndarray, context: np.ndarray, speculative: bool) -> np.ndarray:
         m, p = self.model, self.placement
         share = p.dense_share
         tok = tokens.astype(np.float64)
         dense = self._combine(m.dense_bytes / share / self.bw, self.dense_flops(tok) / share / self.peak)
         kv = (context.astype(np.float64) + tok) * m.kv_bytes_per_token / share / self.bw
         dense_layers = (m.num_layers - m.num_moe_layers) * self.collective_time(tokens, moe=False)
-        return dense + kv + dense_layers + self.step_overhead + self.draft_time(speculative)
+        return dense + kv + dense_layers + self.step_overhead + self._draft_time(speculative)
 
     def step_times(
         self,
@@ -407,6 +418,22 @@ class CostModel:
     ) -> np.ndarray:
         """Seconds per step: the MoE layers plus everything else."""
         return self.layer_times(union, tokens, misses).sum(axis=1) + self.other_times(tokens, context, speculative)
+
+    def checked(self, what: str, t: Any) -> Any:
+        """The boundary of the cost model: no time leaves it non-finite or negative. Such a value is an
+        InternalError naming the quantity and every input it was priced from, never a printed number."""
+        a = np.asarray(t, dtype=np.float64)
+        if bool(np.all((a >= 0) & (a < np.inf))):
+            return t
+        bad = a[~((a >= 0) & (a < np.inf))].flat[0]
+        m, d = self.model, self.device
+        terms = {k: v for k, v in asdict(self.terms).items() if isinstance(v, (int, float)) and v}
+        raise InternalError(
+            f"the cost model priced {what} of {float(bad)!r} s (times must be finite and >= 0) from: model {m.name} "
+            f"(expert_bytes {m.expert_bytes!r}, dense_bytes {m.dense_bytes!r}, kv_bytes_per_token {m.kv_bytes_per_token!r}, "
+            f"bytes_per_param {m.bytes_per_param!r}, layers {m.num_layers}), device {d.name} (hbm_bw {d.hbm_bw!r}, "
+            f"peak {self.peak!r}, link_bw {d.link_bw!r}, pcie_bw {d.pcie_bw!r}), placement {self.placement}, "
+            f"tree depth {self.tree_depth}, draft {self.draft}, terms {terms}")
 
     def applied(self) -> dict[str, object]:
         """The values this model prices with once CLI values, profiles and defaults are resolved

@@ -16,7 +16,6 @@ in the same order, so their totals agree to rounding (a test holds them to 1e-9)
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +24,9 @@ import simpy
 
 from ecosim import bitsets
 from ecosim.cost import CostModel, host_layer_times
+from ecosim import gate
 from ecosim.errors import EcoSimError
+from ecosim.gate.profiles import ARRIVALS
 from ecosim.metrics import Row
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
@@ -93,12 +94,11 @@ def arrival_times(text: str, n: int, seed: int) -> list[float] | None:
         gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
         return np.concatenate([[0.0], np.cumsum(gaps[1:])]).tolist()
     path = Path(text)
-    try:
-        times = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise EcoSimError(f"--arrivals {text!r}: expected sequential, together, poisson:RATE or a JSON file of arrival seconds ({e})") from None
-    if not isinstance(times, list) or len(times) < n or not all(isinstance(t, (int, float)) and t >= 0 for t in times[:n]):
-        raise EcoSimError(f"{path}: expected a JSON list of at least {n} non-negative arrival times in seconds")
+    if not path.is_file():
+        raise EcoSimError(f"--arrivals {text!r}: expected sequential, together, poisson:RATE or a JSON file of arrival seconds")
+    times = gate.load(ARRIVALS, path)  # finite, non-negative seconds (ecosim/gate/profiles.py)
+    if len(times) < n:
+        raise EcoSimError(f"{path}: {len(times)} arrival times; expected a JSON list of at least {n} (one per request)")
     return [float(t) for t in times[:n]]
 
 

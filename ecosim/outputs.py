@@ -55,6 +55,11 @@ def _is_predictor(path: Path) -> bool:
         return False
 
 
+def _is_timeline(path: Path) -> bool:
+    doc = _json(path)
+    return doc is not None and "traceEvents" in doc
+
+
 def _is_profile(path: Path) -> bool:
     doc = _json(path)
     return doc is not None and "hbm_bw" in doc and "calibration" in doc
@@ -89,6 +94,7 @@ PREDICTOR = OutputKind("a predictor file", False, _is_predictor)
 REPORT_BUILD = OutputKind("a report build", True,
                           lambda p: (p / "index.json").is_file() or (p / REPORT_MARKER).is_file(), rewritable=True)
 PROFILE = OutputKind("a hardware profile", False, _is_profile)
+TIMELINE = OutputKind("a timeline (Chrome trace JSON)", False, _is_timeline)
 VALIDATE_RUN = OutputKind("a validate run", True,
                           lambda p: (p / "measured.json").is_file() or (p / "trace" / "manifest.json").is_file()
                           or (p / RUN_MARKER).is_file())

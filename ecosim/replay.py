@@ -43,6 +43,11 @@ SELECTIONS = ("masks", "digests", "steps", "misses")  # per selection: its mask 
 # fingerprint, its walk and unions (shared by identical selections), its offload cache walks
 
 
+def no_positions(path: object) -> str:
+    """The refusal of a trace that holds no position to replay (valid as a file: `ecosim check` accepts it)."""
+    return f"{path}: no positions to replay (its requests hold 0 positions); a replay needs at least one"
+
+
 @dataclass
 class TraceReplay:
     """Replays of one trace under many policies and cost models, sharing what they can (see `Memo`
@@ -52,6 +57,10 @@ class TraceReplay:
     predictors: dict[str, ExpertPredictor] = field(default_factory=dict)
     memo: Memo = field(default_factory=Memo)
     _trees: Trees | None = None
+
+    def __post_init__(self) -> None:
+        if self.trace.positions and not len(self.trace.positions["pos"]):  # figures of nothing would print as 0 ms
+            raise EcoSimError(no_positions(self.trace.path))
 
     @property
     def trees(self) -> Trees:

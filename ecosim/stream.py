@@ -17,10 +17,12 @@ import numpy as np
 from ecosim.cost import CostModel
 from ecosim.metrics import Row
 from ecosim.policies import PolicySpec
-from ecosim.replay import TraceReplay, summarize
+from ecosim.errors import EcoSimError
+from ecosim.replay import TraceReplay, no_positions, summarize
 from ecosim.steps import Steps
 from ecosim.trace.cut import truncate
 from ecosim.trace.io import Trace, iter_request_chunks, read_manifest, row_bytes
+from ecosim.trace.read import node_file
 
 # Working memory per node row, as a multiple of its size as arrays: the row, its experts packed as
 # bitsets (as large again for top-8 of 256), Parquet decoding and the selection's temporaries.
@@ -29,10 +31,8 @@ WORKING_SET = 8
 
 
 def max_rows(path: Path, max_memory: float) -> int:
-    import pyarrow.parquet as pq
-
     manifest = read_manifest(path)
-    gates = pq.read_schema(path / "nodes.parquet").get_field_index("gates") >= 0
+    gates = node_file(path).schema_arrow.get_field_index("gates") >= 0  # a damaged file: one line naming it
     return max(1, int(max_memory // (WORKING_SET * row_bytes(manifest, gates))))
 
 
@@ -45,12 +45,15 @@ def run_streamed(path: Path, spec: PolicySpec, cost: CostModel, max_memory: floa
     `steps`, each chunk's trees cut to that depth (trace/cut.py)."""
     parts, first = [], None
     bound = spec.policy.is_bound
-    for chunk in iter_request_chunks(path, max_rows(path, max_memory)):
+    rows = max_rows(path, max_memory)
+    if not sum(int(r["positions"]) for r in read_manifest(path)["requests"]):
+        raise EcoSimError(no_positions(path))
+    for chunk in iter_request_chunks(path, rows):
         replay = TraceReplay(chunk if steps is None else truncate(chunk, steps))
         first = first or replay
         parts.append(replay.oracle_steps(cost) if bound else replay.steps(spec, cost))
     if first is None:
-        raise ValueError(f"{path}: no requests")
+        raise EcoSimError(no_positions(path))
     requests = len(read_manifest(path)["requests"])
     return summarize(first, concat(parts), cost, cache=not bound, requests=requests)
 

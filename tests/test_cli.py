@@ -116,7 +116,7 @@ BAD = [
     (["replay", "{t}", "--bw", "3.3"], "not a quantity with a unit"),
     (["replay", "{t}", "--bw", "3.3TB"], "wrong dimension"),
     (["replay", "{t}", "--policy", "greedy"], "unknown policy"),
-    (["replay", "{t}", "--budget", "-1"], "budget must be >= 0"),
+    (["replay", "{t}", "--budget", "-1"], "budget must be in [0, 32766]"),
     (["replay", "{t}", "--lambda", "-0.5"], "lambda must be"),
     (["replay", "{t}", "--placement", "ep:0"], "placement"),
     (["replay", "{t}", "--hardware", "tpu9"], "unknown hardware"),

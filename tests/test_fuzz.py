@@ -93,13 +93,13 @@ def ref_manifest(m: Any) -> str | None:
         return "manifest is not an object"
     if m.get("format") != "ecosim-trace":
         return "format"
-    if not _int(m.get("version")) or m["version"] not in (1, 2):
+    if not _int(m.get("version")) or m["version"] not in (1, 2, 3):
         return "version"
     for key, typ in (("synthetic", bool), ("model", dict), ("draft", dict), ("tree", dict), ("decoding", dict),
                      ("requests", list), ("recorded_on", dict)):
         if type(m.get(key)) is not typ:
             return f"manifest key {key}"
-    if m["version"] == 2:
+    if m["version"] >= 2:
         p = m.get("provenance")
         if type(p) is not dict or p.get("kind") not in ("real", "hybrid", "synthetic") or type(p.get("source", "")) is not str:
             return "provenance"
@@ -128,8 +128,41 @@ def ref_manifest(m: Any) -> str | None:
         return "model sizes"
     if mo["expert_bytes"] <= 0 or mo["dense_bytes"] < 0 or mo["num_shared_experts"] < 0:
         return "model bytes"
-    if m["decoding"].get("mode") != "greedy":
-        return "decoding"
+    dec = m["decoding"]
+    if dec != {"mode": "greedy"}:  # else, from version 3, a sampled continuation under target-only verification
+        if m["version"] < 3 or dec.get("mode") != "sample" or dec.get("verify") != "target-only" or \
+                set(dec) - {"mode", "temperature", "top_p", "top_k", "seed", "verify"}:
+            return "decoding"
+        t, p, k, s = dec.get("temperature"), dec.get("top_p", 1.0), dec.get("top_k", 0), dec.get("seed")
+        if not (_finite_number(t) and 0 < t <= 100 and _finite_number(p) and 0 < p <= 1 and _int(k) and 0 <= k <= 2**31 - 1
+                and (s is None or (_int(s) and 0 <= s <= 2**64 - 1))):
+            return "decoding values"
+    # Ranges of the declaration (docs/TRACE_FORMAT.md's tables): sizes past any real model are unit slips.
+    if max(mo["num_layers"], mo["num_experts"], mo["num_shared_experts"]) > 32767 or \
+            max(mo["hidden_size"], mo["moe_intermediate_size"], mo["vocab_size"]) > 2**31 - 1:
+        return "model size past its range"
+    if max(mo["expert_bytes"], mo["dense_bytes"]) > 2**50:
+        return "model bytes past 1 PiB"
+    optional = {"kv_bytes_per_token": (0, 2**40, False), "bytes_per_param": (0, 8, True)}
+    for key, (lo, hi, open_lo) in optional.items():
+        if key in mo and not (_finite_number(mo[key]) and (mo[key] > lo if open_lo else mo[key] >= lo) and mo[key] <= hi):
+            return f"model.{key}"
+    if type(mo.get("source", "")) is not str or type(mo.get("act_quant", False)) is not bool:
+        return "model.source/act_quant"
+    d = m["draft"]
+    if type(d.get("name")) is not str or d.get("kind") not in (None, "model", "early-exit", "mtp", "eagle3") or \
+            type(d.get("source", "")) is not str:
+        return "draft name/kind/source"
+    for key, lo, hi in (("params", 0, 2**50), ("bytes", 0, 2**50), ("accept", 0, 1), ("accept_len", 0, 32767)):
+        v = d.get(key)
+        if v is not None and not (_finite_number(v) and lo <= v <= hi):
+            return f"draft.{key}"
+    if d.get("layers") is not None and not (_int(d["layers"]) and 1 <= d["layers"] <= 32767):
+        return "draft.layers"
+    t = m["tree"]
+    for key, lo, hi in (("depth", 0, 127), ("topk", 1, 32766), ("max_nodes", 0, 32766)):
+        if not (_int(t.get(key)) and lo <= t[key] <= hi):
+            return f"tree.{key}"
     seen = set()
     for r in m["requests"]:
         if type(r) is not dict or not _int(r.get("request_id")) or type(r.get("task")) is not str or not _int(r.get("positions")):
@@ -731,7 +764,7 @@ def k_manifest_value(rng, base):
 def k_manifest_version(rng, base):
     m = json.loads(base.bytes[MANIFEST])
     key = "version" if rng.random() < 0.7 else "format"
-    value = [0, 3, -1, "1", 1.0, True, None, 10**20, [1], {"v": 1}, KeyError, "ecosim-trace-v2", "ECOSIM-TRACE"]
+    value = [0, 4, -1, "1", 1.0, True, None, 10**20, [1], {"v": 1}, KeyError, "ecosim-trace-v2", "ECOSIM-TRACE"]
     v = value[int(rng.integers(0, len(value)))]
     _set_path(m, (key,), v)
     return _manifest_case(base, m, f"{key} = {v}", True)

@@ -1,5 +1,7 @@
-"""docs/TRACE_FORMAT.md and ecosim/trace/schema.py say the same: every column and key with its
-type, both ways (a column added to one and not the other fails here)."""
+"""docs/TRACE_FORMAT.md and docs/PROFILES.md say what the code checks: every Parquet column with its type
+(ecosim/trace/schema.py), every manifest and profile key with its type, range and meaning (the declarations
+in ecosim/gate, from which `python -m ecosim.gate.doc` prints the tables), both ways (a key added to one and not
+the other fails here)."""
 
 from __future__ import annotations
 
@@ -8,10 +10,14 @@ import re
 import pyarrow as pa
 
 from conftest import ROOT
+from ecosim.gate import doc as gate_doc
+from ecosim.gate.core import allowed, type_word
+from ecosim.gate.profiles import HardwareSpec, ServingSpec
+from ecosim.gate.trace import TABLES as MANIFEST_TABLES
 from ecosim.trace import schema
 
 DOC = ROOT / "docs" / "TRACE_FORMAT.md"
-PY_TYPES = {str: "string", int: "int", bool: "bool", dict: "object", list: "list", (int, float): "number"}
+PROFILES = ROOT / "docs" / "PROFILES.md"
 
 
 def tables(text: str) -> dict[str, dict[str, str]]:
@@ -56,14 +62,49 @@ def test_doc_and_schema_agree_on_every_column_and_key():
     assert positions == {k: arrow_name(t) for k, t in schema.POSITION_COLUMNS.items()}
     want_nodes = {f.name: arrow_name(f.type) for f in schema.node_schema(8, with_gates=True)}
     assert nodes == want_nodes
-    assert found["manifest.json"] == {k: PY_TYPES[t] for k, t in schema.MANIFEST_KEYS.items()}
-    assert found["model"] == {k: PY_TYPES[t] for k, t in schema.MODEL_KEYS.items()}
+    for title, spec in MANIFEST_TABLES.items():
+        assert found[title] == {k: type_word(f.annotation) for k, f in spec.model_fields.items()}, title
+
+
+def test_the_docs_tables_are_the_declarations_printed():
+    """Every generated block of both docs is current (`python -m ecosim.gate.doc` rewrites them)."""
+    for name in gate_doc.FILES:
+        text = (ROOT / "docs" / name).read_text()
+        assert "<!-- gate:" in text, name
+        assert gate_doc.render(text) == text, f"docs/{name} is stale: run python -m ecosim.gate.doc"
+    assert gate_doc.main(["--check"]) == 0
+
+
+def test_a_changed_range_makes_the_docs_stale():
+    text = DOC.read_text()
+    assert "| an integer in [1, 32767] | routed experts per MoE layer |" in text
+    edited = text.replace("| an integer in [1, 32767] | routed experts per MoE layer |", "| an integer in [1, 99] | routed experts per MoE layer |")
+    assert gate_doc.render(edited) == text
+
+
+def test_the_profile_doc_lists_every_declared_field_with_what_it_allows():
+    found = tables(PROFILES.read_text())
+    for title, spec in (("Hardware profile", HardwareSpec), ("Serving profile", ServingSpec)):
+        rows = found[title]
+        assert set(rows) == set(spec.model_fields), title
+        assert all(allowed(f) in PROFILES.read_text() for f in spec.model_fields.values())
+
+
+def test_every_field_of_a_device_and_a_serving_profile_is_declared():
+    """A field added to the dataclass a profile becomes is let through the gate untyped until declared: here."""
+    import dataclasses
+
+    from ecosim.catalog.devices import Device
+    from ecosim.catalog.serving import ServingProfile
+
+    assert {f.name for f in dataclasses.fields(Device)} <= set(HardwareSpec.model_fields)
+    assert {f.name for f in dataclasses.fields(ServingProfile)} <= set(ServingSpec.model_fields)
 
 
 def test_the_doc_names_its_version():
     text = DOC.read_text()
     assert re.search(rf"^\| {schema.VERSION} \|", text, re.M), "the Versions table lacks the schema's version"
-    assert f'`"{schema.FORMAT}"`' in text
+    assert f'"{schema.FORMAT}"' in text
 
 
 def test_a_column_missing_from_the_doc_is_caught():

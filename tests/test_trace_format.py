@@ -107,7 +107,7 @@ def _expert(row: int, slot: int, value: int):
 MUTATIONS = [
     ("unknown version", _manifest(["version"], 4), "version 4 is not supported"),
     ("provenance not an object", _manifest(["provenance"], "real"), "column 'provenance'"),
-    ("unknown provenance", _manifest(["provenance", "kind"], "measured"), "column 'provenance'"),
+    ("unknown provenance", _manifest(["provenance", "kind"], "measured"), "column 'provenance.kind'"),
     ("provenance contradicts synthetic", _manifest(["provenance", "kind"], "real"), "contradicts synthetic=True"),
     ("wrong format", _manifest(["format"], "other"), "'format'"),
     ("missing manifest key", _manifest(["tree"], KeyError), "column 'tree'"),

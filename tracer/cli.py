@@ -34,11 +34,11 @@ def record(
                                             "'model:PATH' (a separate checkpoint; a bare PATH, name or hub id too); "
                                             "'early-exit:N' (the target's first N layers); 'mtp' (DeepSeek-V3's MTP "
                                             "layer from the target checkpoint); 'eagle3:PATH' (an EAGLE-3 head).")] = "default",
-    max_new_tokens: Annotated[int, typer.Option(help="Positions (generated tokens) to record per prompt.")] = 64,
-    depth: Annotated[int, typer.Option(help=TreeShape.help("depth"))] = TREE.depth,
-    topk: Annotated[int, typer.Option(help=TreeShape.help("topk"))] = TREE.topk,
-    max_nodes: Annotated[int, typer.Option(help=TreeShape.help("max_nodes"))] = TREE.max_nodes,
-    chunk: Annotated[int, typer.Option(help="Commit the trace to disk every N positions of a request (each chunk also "
+    max_new_tokens: Annotated[int, typer.Option(min=1, max=2**31 - 1, help="Positions (generated tokens) to record per prompt.")] = 64,
+    depth: Annotated[int, typer.Option(min=1, max=127, help=TreeShape.help("depth"))] = TREE.depth,
+    topk: Annotated[int, typer.Option(min=1, max=32766, help=TreeShape.help("topk"))] = TREE.topk,
+    max_nodes: Annotated[int, typer.Option(min=1, max=32766, help=TreeShape.help("max_nodes"))] = TREE.max_nodes,
+    chunk: Annotated[int, typer.Option(min=1, max=2**31 - 1, help="Commit the trace to disk every N positions of a request (each chunk also "
                                             "re-prefills the context, which keeps --resume bit-exact).")] = 32,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted recording in --out.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace a trace already in --out.")] = False,
@@ -49,14 +49,14 @@ def record(
                                                                                   "(off unless given).")] = False,
     stop_at_eos: Annotated[bool, typer.Option(help="End a request when the target's next token is end-of-sequence.")] = True,
     gates: Annotated[bool, typer.Option(help="Also write the gate weights of the routed experts.")] = True,
-    max_prompts: Annotated[int | None, typer.Option(help="Use at most N prompts of each file.")] = None,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads (keep equal across --resume for bit-equal traces).")] = None,
-    temperature: Annotated[float, typer.Option(help="Sampling temperature of the continuation; 0 records the greedy one. "
+    max_prompts: Annotated[int | None, typer.Option(min=1, help="Use at most N prompts of each file.")] = None,
+    threads: Annotated[int | None, typer.Option(min=1, max=4096, help="torch CPU threads (keep equal across --resume for bit-equal traces).")] = None,
+    temperature: Annotated[float, typer.Option(min=0.0, max=100.0, help="Sampling temperature of the continuation; 0 records the greedy one. "
                                                     "At T > 0 every node's target_next is drawn with the random number of "
                                                     "the index it fills (replay stays exact under target-only verification).")] = 0.0,
-    top_p: Annotated[float, typer.Option(help="Nucleus sampling: keep the smallest set of tokens reaching this mass (with --temperature).")] = 1.0,
-    sample_top_k: Annotated[int, typer.Option(help="Sample among the K most probable tokens (0: all; with --temperature).")] = 0,
-    seed: Annotated[int, typer.Option(help="Seed of the sampled continuation (the same seed records the same trace).")] = 0,
+    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus sampling: keep the smallest set of tokens reaching this mass (with --temperature).")] = 1.0,
+    sample_top_k: Annotated[int, typer.Option(min=0, max=2**31 - 1, help="Sample among the K most probable tokens (0: all; with --temperature).")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Seed of the sampled continuation (the same seed records the same trace).")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
     """Record a trace: a verified candidate tree at every position of the target's continuation (greedy, or sampled)."""
@@ -87,7 +87,7 @@ def record(
 def tiny(
     family: Annotated[str, typer.Option(help="qwen3_moe, deepseek_v3, gpt_oss, mixtral or olmoe.")],
     out: Annotated[Path, typer.Option(help="Directory to write: target/ and draft/ checkpoints (safetensors + tokenizer).")],
-    seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Seed of the random weights.")] = 0,
     heads: Annotated[bool, typer.Option("--heads", help="Also write a random EAGLE-3 head in OUT/eagle3 and, for "
                                                         "deepseek_v3, an MTP layer in the target's checkpoint.")] = False,
 ) -> None:

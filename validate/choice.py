@@ -123,6 +123,12 @@ def from_flags(policy: str, knobs: dict[str, Any]) -> Choice:
     entry = registry.get(policy) if policy in registry.runnable() else None
     if entry is None:
         raise EcoSimError(f"--policy: policy {policy!r} cannot be run; expected one of {', '.join(registry.runnable())}")
+    for k in registry.knobs():  # every value given is checked, used or not (`--lambda nan` is refused, not ignored)
+        if k.name in given:
+            try:
+                k.coerce(given[k.name])
+            except EcoSimError as e:
+                raise EcoSimError(f"{k.flag}: {e}") from None
     values = {k.name: given.get(k.name, k.default) for k in entry.knobs}
     try:
         return _with_baselines(PolicySpec(policy, **values), "flags")

@@ -34,7 +34,7 @@ Draft = Annotated[str, typer.Option(help="Draft: 'default' (the pair's draft/ or
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N (one device; timings synchronise it).")]
 Dtype = Annotated[str, typer.Option(help="auto (the checkpoint's), float32, bfloat16 or float16.")]
 Attn = Annotated[str, typer.Option(help="Attention implementation: auto, eager or sdpa.")]
-Threads = Annotated[int | None, typer.Option(help="torch CPU threads; calibrate and run with the same number.")]
+Threads = Annotated[int | None, typer.Option(min=1, max=4096, help="torch CPU threads; calibrate and run with the same number.")]
 Overlap = Annotated[str, typer.Option(help="How the profile combines memory and compute time: sum, max, or auto (sum on cpu, max on cuda).")]
 ClockOpt = Annotated[str, typer.Option("--clock", help="wall: perf_counter, device synchronised (default); cpu: the thread's CPU time, "
                                                        "for a CPU shared with other jobs (--device cpu --threads 1 only).")]
@@ -86,15 +86,15 @@ def calibrate(
     attn: Attn = "auto",
     threads: Threads = 1,
     tokens: Annotated[str, typer.Option(help=CalibConfig.help("tokens"))] = _csv(CALIB.tokens),
-    levels: Annotated[int, typer.Option(help=CalibConfig.help("levels"))] = CALIB.levels,
+    levels: Annotated[int, typer.Option(min=1, max=127, help=CalibConfig.help("levels"))] = CALIB.levels,
     contexts: Annotated[str, typer.Option(help=CalibConfig.help("contexts"))] = _csv(CALIB.contexts),
-    repeats: Annotated[int, typer.Option(help=CalibConfig.help("repeats"))] = CALIB.repeats,
-    depth: Annotated[int, typer.Option(help=TreeShape.help("depth") + " As recorded (tracer record --depth).")] = TREE.depth,
-    topk: Annotated[int, typer.Option(help=TreeShape.help("topk") + " As recorded.")] = TREE.topk,
-    max_nodes: Annotated[int, typer.Option(help=TreeShape.help("max_nodes") + " As recorded.")] = TREE.max_nodes,
-    budget: Annotated[int, typer.Option(help=CalibConfig.help("budget"))] = CALIB.budget,
+    repeats: Annotated[int, typer.Option(min=1, max=100_000, help=CalibConfig.help("repeats"))] = CALIB.repeats,
+    depth: Annotated[int, typer.Option(min=1, max=127, help=TreeShape.help("depth") + " As recorded (tracer record --depth).")] = TREE.depth,
+    topk: Annotated[int, typer.Option(min=1, max=32766, help=TreeShape.help("topk") + " As recorded.")] = TREE.topk,
+    max_nodes: Annotated[int, typer.Option(min=1, max=32766, help=TreeShape.help("max_nodes") + " As recorded.")] = TREE.max_nodes,
+    budget: Annotated[int, typer.Option(min=0, max=32766, help=CalibConfig.help("budget"))] = CALIB.budget,
     overlap: Overlap = "auto",
-    seed: Annotated[int, typer.Option(help=CalibConfig.help("seed"))] = CALIB.seed,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help=CalibConfig.help("seed"))] = CALIB.seed,
     clock: ClockOpt = "wall",
     prompts: Annotated[list[Path] | None, typer.Option(help="Prompt files (JSON Lines) whose text the contexts and draft roots are "
                                                             "cut from (default: the --trace's text, else random tokens).")] = None,
@@ -177,7 +177,7 @@ def run_cmd(
     out: Annotated[Path, typer.Option(help="Run directory to write: trace/, profile.json, measured.json, steps.parquet, comparison.{json,parquet}.")],
     prompts: Annotated[list[Path] | None, typer.Option(help="JSON Lines prompt files (tracer record's format); repeatable. Not needed with --trace.")] = None,
     winner: Annotated[Path | None, typer.Option(help="winner.json of `ecosim sweep` (or any JSON with policy, budget, lambda, predictor).")] = None,
-    entry: Annotated[int | None, typer.Option(help="Which entry of the winner file's `winners` list (default: the only one with a configuration).")] = None,
+    entry: Annotated[int | None, typer.Option(min=0, help="Which entry of the winner file's `winners` list (default: the only one with a configuration).")] = None,
     policy: Annotated[str | None, typer.Option(help=f"Instead of --winner: {', '.join(registry.runnable())}.")] = None,
     knobs: dict | None = None,
     draft: Draft = "default",
@@ -185,15 +185,15 @@ def run_cmd(
     dtype: Dtype = "auto",
     attn: Attn = "auto",
     threads: Threads = 1,
-    max_new_tokens: Annotated[int, typer.Option(help="Tokens to generate per prompt (and positions to record).")] = 48,
-    max_prompts: Annotated[int | None, typer.Option(help="Use at most N prompts of each file.")] = None,
-    depth: Annotated[int, typer.Option(help=TreeShape.help("depth") + " Recording and decoding.")] = TREE.depth,
-    topk: Annotated[int, typer.Option(help=TreeShape.help("topk"))] = TREE.topk,
-    max_nodes: Annotated[int, typer.Option(help=TreeShape.help("max_nodes"))] = TREE.max_nodes,
-    repeats: Annotated[int, typer.Option(help="Decode every prompt with every policy this many times; step phases are the median.")] = 3,
+    max_new_tokens: Annotated[int, typer.Option(min=1, max=2**31 - 1, help="Tokens to generate per prompt (and positions to record).")] = 48,
+    max_prompts: Annotated[int | None, typer.Option(min=1, help="Use at most N prompts of each file.")] = None,
+    depth: Annotated[int, typer.Option(min=1, max=127, help=TreeShape.help("depth") + " Recording and decoding.")] = TREE.depth,
+    topk: Annotated[int, typer.Option(min=1, max=32766, help=TreeShape.help("topk"))] = TREE.topk,
+    max_nodes: Annotated[int, typer.Option(min=1, max=32766, help=TreeShape.help("max_nodes"))] = TREE.max_nodes,
+    repeats: Annotated[int, typer.Option(min=1, max=100_000, help="Decode every prompt with every policy this many times; step phases are the median.")] = 3,
     hardware: Annotated[Path | None, typer.Option(help="A profile from `validate calibrate` (default: calibrate on the spot).")] = None,
     trace: Annotated[Path | None, typer.Option(help="Use this recorded trace instead of recording one (its prompts and tree options are used).")] = None,
-    calib_repeats: Annotated[int, typer.Option(help="On-the-spot calibration: runs of each case.")] = 8,
+    calib_repeats: Annotated[int, typer.Option(min=1, max=100_000, help="On-the-spot calibration: runs of each case.")] = 8,
     calib_tokens: Annotated[str, typer.Option(help="On-the-spot calibration: tokens per verify forward (those up to the largest "
                                                    "budget + 1 are kept, and that size is added).")] = _csv(CALIB.tokens),
     calib_contexts: Annotated[str | None, typer.Option(help="On-the-spot calibration: context lengths (default: the trace's shortest and longest).")] = None,

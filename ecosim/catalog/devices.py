@@ -8,7 +8,6 @@ direction. A profile written by `validate calibrate` has the same fields plus it
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,10 +83,15 @@ def _device(data: dict[str, Any]) -> Device:
 
 
 def load_profile(path: Path) -> Device:
-    """A hardware JSON file: a data sheet's fields, or a profile written by `validate calibrate`."""
+    """A hardware JSON file: a data sheet's fields, or a profile written by `validate calibrate`; checked at the gate
+    (ecosim/gate/profiles.py: every field's type and range), so a bad one is one line naming the field."""
+    from ecosim.gate import load
+    from ecosim.gate.profiles import HARDWARE
+
+    data = load(HARDWARE, path, undeclared={f.name for f in dataclasses.fields(Device)})
     try:
-        return _device(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError, AttributeError) as e:
+        return _device(data)
+    except (ValueError, TypeError, AttributeError) as e:
         raise EcoSimError(f"{path}: not a readable hardware profile ({e})") from None
 
 

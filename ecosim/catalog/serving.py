@@ -11,7 +11,6 @@ Precedence, one rule everywhere: an explicit CLI value > the profile's value > t
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,12 +110,15 @@ def load_serving(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> Servi
         path = Path(name_or_path)
     if not path.is_file():
         raise EcoSimError(f"unknown serving profile {str(name_or_path)!r}; shipped: {', '.join(shipped())}, or a .json path")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise EcoSimError(f"{path}: not a readable serving profile ({e})") from None
+    from ecosim import gate
+    from ecosim.gate.profiles import HARDWARE, SERVING
+
+    data = gate.read_json(path, "a serving profile")
     if not isinstance(data, dict):
         raise EcoSimError(f"{path}: a serving profile is a JSON object of ServingProfile fields")
+    # The gate: every field's type and range, and a misspelled field named with the ones allowed.
+    hardware = "hbm_bw" in data or "calibration" in data
+    gate.check(HARDWARE if hardware else SERVING, data, path, () if hardware else {f.name for f in dataclasses.fields(ServingProfile)})
     if isinstance(data.get("serving"), dict):  # a hardware profile carrying its own terms
         data = data["serving"]
     elif "calibration" in data:  # a calibrated hardware profile written before profiles carried serving terms

@@ -9,12 +9,16 @@ readable at 80 columns) and one way to report errors and interrupts.
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import NoReturn
 
 import typer
 from rich.console import Console
 
-from ecosim.errors import EcoSimError
+from ecosim.errors import EcoSimError, InternalError
+from ecosim.gate.values import EcoSimWarning
+
+_show = warnings.showwarning
 
 try:  # typer >= 0.20 vendors its own copy of click; its exceptions are the ones raised
     from typer._click import exceptions as click
@@ -68,10 +72,18 @@ def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
     (our commands return None) means success.
     """
     try:
-        rv = app(args=argv, prog_name=prog, standalone_mode=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("default", EcoSimWarning)  # each warning once
+            warnings.showwarning = lambda message, category, *a, **k: (  # type: ignore[assignment]
+                _say(prog, f"warning: {message}") if issubclass(category, EcoSimWarning) else _show(message, category, *a, **k))
+            refuse_empty(sys.argv[1:] if argv is None else argv)
+            rv = app(args=argv, prog_name=prog, standalone_mode=False)
     except EcoSimError as e:
         _say(prog, f"error: {e}")
         return 2
+    except InternalError as e:  # never a printed number: what went in, to report
+        _say(prog, f"internal error (please report): {e}")
+        return 70
     except getattr(click, "NoArgsIsHelpError", ()) as e:  # a bare command: its help
         try:
             print(e.ctx.get_help() if e.ctx is not None else f"usage: {prog} COMMAND --help")
@@ -93,6 +105,19 @@ def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+
+
+def refuse_empty(args: list[str]) -> None:
+    """An empty (or blank) argument is never "not given": `ecosim replay ""` would replay the current directory,
+    `--bw ""` would keep the device's bandwidth. Refused before anything runs, naming the option."""
+    for i, a in enumerate(args):
+        flag, eq, value = a.partition("=")
+        if a.startswith("--") and eq and not value.strip():
+            raise EcoSimError(f"{flag} is given an empty value; give one (see '--help'), or leave the option out")
+        if not a.strip():
+            after = args[i - 1] if i and args[i - 1].startswith("-") else None
+            what = f"{after} is given an empty value" if after else f"argument {i + 1} is an empty string"
+            raise EcoSimError(f"{what}; an empty string never means 'not given': give a value or leave it out")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ import typer
 
 from ecosim.catalog.devices import Device, get_device
 from ecosim.cli.adapter import config_options, with_options
+from ecosim.cli.values import checked_overrides
 from ecosim.cost import CostConfig, Terms
 from ecosim.errors import EcoSimError
 from ecosim.options import from_options
@@ -45,13 +46,14 @@ class HardwareArgs:
         """The catalogue device with the given fields overridden (units parsed strictly)."""
         d = get_device(self.hardware)
         peak = parse_quantity(self.peak, "flops") if self.peak else None
-        return d.replace(
+        return checked_overrides(d.replace(
             hbm_bw=parse_quantity(self.bw, "bandwidth") if self.bw else None,
             peak_bf16=peak,
             peak_fp8=peak,
             link_bw=parse_quantity(self.link_bw, "bandwidth") if self.link_bw else None,
             pcie_bw=parse_quantity(self.pcie_bw, "bandwidth") if self.pcie_bw else None,
-        )
+        ), {"--bw": (self.bw, "hbm_bw"), "--peak": (self.peak, "peak_bf16"), "--link-bw": (self.link_bw, "link_bw"),
+            "--pcie-bw": (self.pcie_bw, "pcie_bw")})
 
 
 # A command taking `cost: dict | None` gets one option per CostConfig field (--cost, --profile, ...).

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from ecosim.cli import app, fail, wide_console
 from ecosim.cli.adapter import knob_options, with_options
+from ecosim.cli.hints import knob_hints
 from ecosim.cli.options import (
     Bw, Devices, DraftSteps, Hardware, HardwareArgs, LinkBw, PcieBw, Peak, Placement, cost_config, cost_options, placement_text,
     used_text,
@@ -21,6 +22,7 @@ from ecosim.cli.options import (
 from ecosim.cost import NOT_MODELLED
 from ecosim.des import DesConfig, DesReplay
 from ecosim.metrics import Row
+from ecosim.outputs import TIMELINE, check_output
 from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec, registry
 from ecosim.replay import TraceReplay
@@ -85,6 +87,7 @@ def replay(
     max_batch: Annotated[int, typer.Option(min=1, help="des only: requests verified together in one step.")] = 1,
     prefetch: Annotated[bool, typer.Option(help="des only, offload: copy the next layer's misses while this layer computes.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="des only: write a Chrome/Perfetto trace of the first trace's timeline to FILE.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace a timeline already at --timeline (any other file is never replaced).")] = False,
     max_memory: Annotated[str | None, typer.Option(help="Replay in pieces of whole requests within this much memory, e.g. 2GB (fast engine).")] = None,
     draft_steps: DraftSteps = None,
     per_trace: Annotated[bool, typer.Option("--per-trace", help="With several traces, a row per (trace, policy) and the totals, instead of one row per policy over all the traces.")] = False,
@@ -103,6 +106,10 @@ def replay(
         fail(f"--engine must be fast or des, got {engine!r}")
     if engine == "fast" and (timeline or prefetch or max_batch > 1 or arrivals != "sequential"):
         fail("--timeline, --prefetch, --max-batch and --arrivals need --engine des")
+    if timeline is not None:  # before the replay, not after it: a directory, a missing folder, another file
+        check_output(timeline, TIMELINE, force=force, flag="--timeline")
+        if not timeline.parent.is_dir():
+            fail(f"--timeline {timeline}: no folder {timeline.parent} to write it in")
     specs = list(dict.fromkeys(PolicySpec(n, **knobs) for n in names))  # `--lambda auto` makes ecospec ecospec-auto
     device = HardwareArgs(hardware, bw, peak, link_bw, pcie_bw).device()
     place = parse_placement(placement_text(placement, devices))
@@ -125,6 +132,7 @@ def replay(
     else:
         replays = [TraceReplay(at_steps(read_trace(p), draft_steps)) for p in paths]
 
+    knob_hints(knobs, specs, [r.trace.manifest for r in replays])  # legal but useless values: one warning each
     work = len(replays) * (len(specs) + 2)
     with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
         task = bar.add_task("replaying", total=work)

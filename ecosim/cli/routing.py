@@ -138,7 +138,7 @@ def import_routing_cmd(
     out: Annotated[Path, typer.Option("--out", help="New directory to write the routing set to (never overwritten).")],
     fmt: Annotated[str | None, typer.Option("--format", help=f"Source format ({', '.join(FORMATS)}); detected from the layout if omitted.")] = None,
     model: Annotated[str | None, typer.Option(help="Catalogue shape, or a Hugging Face MoE config.json (or its directory), the routing comes from (sets the model name and expert count).")] = None,
-    num_experts: Annotated[int | None, typer.Option(min=1, help="Routed experts per layer, when the source does not say (default: the --model's, else the largest id + 1).")] = None,
+    num_experts: Annotated[int | None, typer.Option(min=2, max=32767, help="Routed experts per layer, when the source does not say (default: the --model's, else the largest id + 1).")] = None,
     credit: Annotated[str | None, typer.Option(help="Source and licence to credit wherever the routing is used.")] = None,
 ) -> None:
     """Import real routing into ecosim's routing layout (docs/ROUTING_FORMAT.md), labelled real."""

@@ -26,7 +26,7 @@ HardwareList = Annotated[str, typer.Option("--hardware", help="Comma list of cat
 BwList = Annotated[str | None, typer.Option("--bw", help="Comma list of HBM bandwidths overriding the device's, e.g. 2TB/s,3.3TB/s,4.8TB/s.")]
 PlacementList = Annotated[str, typer.Option("--placement", help="Comma list of placements: hbm, tp:N, ep:N, tp:N+ep:M, offload:CAP[:lru|lfu].")]
 Objective = Annotated[str, typer.Option(help="What the winner optimises over the total of the traces: time_per_token (smallest) or speedup_vs_ar (largest).")]
-MinTps = Annotated[float | None, typer.Option("--min-tokens-per-step", help="Winner constraint: total tokens / total steps at least this.")]
+MinTps = Annotated[float | None, typer.Option("--min-tokens-per-step", min=1.0, max=32767.0, help="Winner constraint: total tokens / total steps at least this.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
 StepsList = Annotated[str | None, typer.Option("--draft-steps", help="Comma list of the settings' draft steps N and/or "
                                               "inclusive ranges start:stop:step, and `recorded` (each trace's own depth, "

@@ -14,6 +14,7 @@ from rich.table import Table
 from ecosim.catalog.models import MODELS, get_model, in_catalogue
 from ecosim.cli import app, fail, wide_console
 from ecosim.cli.routing import print_preset_checks, print_routing_stats
+from ecosim.cli.values import check_synth_size
 from ecosim.hybrid import write_hybrid
 from ecosim.outputs import TRACE, check_output
 from ecosim.routing.calibrate import START, fit, moments_plain, write_preset
@@ -46,7 +47,7 @@ def inspect(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list instead of the table.")] = False,
     routing: Annotated[bool, typer.Option("--routing", help="Routing statistics instead (neighbour overlap, distinct experts per window, token recall, popularity, tree overlaps); also takes routing sets and importable dumps.")] = False,
     fit_fraction: Annotated[float, typer.Option(min=0.05, max=0.95, help="With --routing: share of sequences the token table is fitted on (recall is measured on the rest).")] = 0.5,
-    seed: Annotated[int, typer.Option(help="With --routing: seed of the fit/test split of sequences.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="With --routing: seed of the fit/test split of sequences.")] = 0,
     check_preset: Annotated[list[str] | None, typer.Option("--check-preset", help="With --routing: route each real set's own tokens with this preset (a shipped name or a preset file; repeat or comma-separate) and compare with the real routing on the sequences a fit with --seed and --fit-fraction leaves out (ecosim/routing/check.py).")] = None,
 ) -> None:
     """Summarise traces: model, requests by task, tree sizes, acceptance, expert usage, size on disk."""
@@ -108,8 +109,8 @@ def _published_acceptance(shape, draft: str, depth: int | None, topk: int | None
 def synth(
     out: Annotated[Path, typer.Argument(help="Directory to write the trace to (with --calibrate: the preset .json to write).")],
     model: Annotated[str, typer.Option(help=f"Catalogue shape ({', '.join(sorted(MODELS))}) or a Hugging Face MoE config.json (or its directory).")] = "deepseek-v3.1",
-    requests: Annotated[int, typer.Option(min=1, help="Requests (task kinds cycle coding, reasoning, qa, dialogue; with --routing: real sequences).")] = 4,
-    positions: Annotated[int, typer.Option(min=1, help="Positions per request (with --routing: at most).")] = 256,
+    requests: Annotated[int, typer.Option(min=1, max=2**31 - 1, help="Requests (task kinds cycle coding, reasoning, qa, dialogue; with --routing: real sequences).")] = 4,
+    positions: Annotated[int, typer.Option(min=1, max=2**31 - 1, help="Positions per request (with --routing: at most).")] = 256,
     depth: Annotated[int | None, typer.Option(min=1, max=64, help=TreeShape.help("depth") + f" Default {TREE.depth}, or the --draft's.")] = None,
     topk: Annotated[int | None, typer.Option(min=1, max=64, help=TreeShape.help("topk") + f" Default {TREE.topk}, or the --draft's.")] = None,
     max_nodes: Annotated[int | None, typer.Option(min=1, max=4096, help=TreeShape.help("max_nodes") + f" Default {TREE.max_nodes}, or the draft tokens of the published acceptance used.")] = None,
@@ -129,7 +130,7 @@ def synth(
     calibrate: Annotated[Path | None, typer.Option(help="Fit the routing knobs to this real routing set and write a preset to OUT instead of a trace.")] = None,
     fit_fraction: Annotated[float, typer.Option(min=0.1, max=1.0, help="With --calibrate: share of sequences fitted on; the rest are the check reported.")] = 0.5,
     gates: Annotated[bool, typer.Option(help="Also write gate weights.")] = False,
-    seed: Annotated[int, typer.Option(help="Random seed; the same seed gives the same trace.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Random seed; the same seed gives the same trace.")] = 0,
     force: Annotated[bool, typer.Option("--force", help="Replace a synthetic or hybrid trace already in OUT (a real, recorded trace is never replaced).")] = False,
     host: Annotated[str | None, typer.Option(help="Also say whether the model's weights fit this host's RAM (a catalogue host or a host .json) under cpu-moe and cpu, at --dtype.")] = None,
     dtype: Annotated[str | None, typer.Option(help="With --host: the weights' type for that check (bf16, fp8, a GGUF type such as q4_k_m); default: the model's own.")] = None,
@@ -171,6 +172,7 @@ def synth(
                       accept, confidence, gates=gates, seed=seed, draft=draft, draft_model=dense, temperature=temperature,
                       accept_len=accept_len if accept_len is not None else (d.accept_len if d else None) or (published.accept_len if published else None),
                       preset=source, **knobs)
+    check_synth_size(requests, positions, cfg.max_nodes, shape.num_moe_layers * shape.top_k, gates)
     print("routing knobs: " + ", ".join(f"{k}={v:g}" for k, v in knobs.items()) + f" ({source})")
     if source == "defaults":
         Console(stderr=True).print(f"warning: no routing preset fits {shape.name} ({shape.num_experts} experts, top-{shape.top_k}): "

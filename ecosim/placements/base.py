@@ -115,6 +115,10 @@ class Placement(ABC):
         weights = self.resident_experts(model) * model.num_moe_layers * model.expert_bytes + model.dense_bytes / self.dense_share
         return weights, context_tokens * model.kv_bytes_per_token / self.dense_share
 
+    def check_model(self, model: ModelShape) -> None:
+        """Refuse a placement the model's shape makes meaningless, or warn where it is legal but wasteful
+        (each kind says its own; most have nothing to say)."""
+
     def check(self, model: ModelShape, device: Device, context_tokens: int, memory_fraction: float,
               host: Host | None = None) -> None:
         """Refuse a configuration whose weights and KV do not fit a device, saying what would (`host`: the

@@ -11,6 +11,7 @@ from ecosim.cache import ExpertCache
 from ecosim.catalog.devices import Device
 from ecosim.catalog.models import ModelShape
 from ecosim.errors import EcoSimError
+from ecosim.gate.values import INT16_MAX, ascii_int
 from ecosim.placements.base import Placement
 
 
@@ -24,10 +25,11 @@ class Offload(Placement):
     @classmethod
     def parse(cls, text: str) -> Offload | None:
         parts = text.split(":")
-        if parts[0] != "offload" or len(parts) not in (2, 3) or not parts[1].isdigit() or int(parts[1]) < 1:
+        if parts[0] != "offload" or len(parts) not in (2, 3) or not parts[1].isdigit():
             return None
+        capacity = ascii_int(parts[1], f"placement {text!r}", 1, INT16_MAX)
         eviction = parts[2] if len(parts) == 3 else "lru"
-        return cls(int(parts[1]), eviction) if eviction in ("lru", "lfu") else None  # type: ignore[arg-type]
+        return cls(capacity, eviction) if eviction in ("lru", "lfu") else None  # type: ignore[arg-type]
 
     def __str__(self) -> str:
         return f"offload:{self.capacity}:{self.eviction}"

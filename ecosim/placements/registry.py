@@ -40,7 +40,10 @@ def parse_placement(text: str) -> Placement:
     """`hbm`, `tp:8`, `ep:8`, `tp:4+ep:2`, `offload:64[:lfu]`; anything else is a one-line error."""
     key = text.strip().lower()
     for kind in PLACEMENTS:
-        found = kind.parse(key)
+        try:
+            found = kind.parse(key)
+        except EcoSimError as e:  # a number out of range or not in ASCII digits: said, with the syntax
+            raise EcoSimError(f"{e}; expected one of {usage()}") from None
         if found is not None:
             return found
     raise EcoSimError(f"placement {text!r} not understood; expected one of {usage()} (N >= 1)")

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ecosim.catalog.models import ModelShape
+from ecosim.errors import EcoSimError
+from ecosim.gate.values import INT16_MAX, ascii_int, warn
 from ecosim.placements.base import Placement
 
 
@@ -65,6 +67,18 @@ class Sharded(Placement):
     def resident_experts(self, model: ModelShape) -> float:
         return -(-model.num_experts // self.ep) / self.tp
 
+    def check_model(self, model: ModelShape) -> None:
+        """ep:N beyond the experts leaves devices without any (refused); an uneven split is legal but the
+        slowest group sets each layer's time (said once)."""
+        e = model.num_experts
+        if self.ep > e:
+            raise EcoSimError(f"placement {self}: {model.name} has {e} experts per layer, so {self.ep - e} of the {self.ep} "
+                              f"expert groups would hold none; allowed: ep:N with N <= {e}")
+        if e % self.ep:
+            big = -(-e // self.ep)
+            warn(f"placement {self}: {model.name}'s {e} experts split unevenly over {self.ep} groups ({big} on the largest, "
+                 f"{e // self.ep} on the smallest); the largest sets each layer's time (N dividing {e} splits them evenly)")
+
 
 @dataclass(frozen=True)
 class OneDegree(Sharded):
@@ -82,7 +96,9 @@ class OneDegree(Sharded):
 
 
 def _degree(text: str, prefix: str) -> int | None:
+    """N of `prefix:N`: ASCII digits (no `²`), in [1, 32767] (no model has more experts or a larger group);
+    None where the text is another placement's syntax."""
     head, _, n = text.partition(":")
-    if head != prefix or not n.isdigit() or int(n) < 1:
+    if head != prefix or not n.isdigit():  # isdigit: any script's digits, so `ep:²` is refused by name below
         return None
-    return int(n)
+    return ascii_int(n, f"placement {text!r}", 1, INT16_MAX)

@@ -13,9 +13,12 @@ from ecosim.predictors import get_predictor
 SCORES = ("difference", "ratio")
 
 
+MAX_BUDGET = 2**15 - 2  # candidates besides the root in the largest tree the format holds (node ids are int16)
+
+
 def _budget(b: int) -> int:
-    if b < 0:
-        raise EcoSimError(f"budget must be >= 0, got {b}")
+    if not 0 <= b <= MAX_BUDGET:
+        raise EcoSimError(f"budget must be in [0, {MAX_BUDGET}] (a tree holds at most {MAX_BUDGET + 1} nodes), got {b}")
     return b
 
 

@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from ecosim import gate
 from ecosim.errors import EcoSimError
+from ecosim.gate.profiles import PREDICTOR
 from ecosim.predictors.base import ScoringPredictor, Selection, Shape
 
 FORMAT = "ecosim-predictor"
@@ -88,6 +90,7 @@ def load(path: str | Path) -> ScoringPredictor:
         raise EcoSimError(f"{p}: not a predictor file (format is {meta.get('format') if isinstance(meta, dict) else None!r})")
     if meta.get("version") != VERSION:
         raise EcoSimError(f"{p}: predictor file version {meta.get('version')!r}; this ecosim reads version {VERSION}")
+    gate.check(PREDICTOR, meta, p)  # the header's declared types (ecosim/gate/profiles.py)
     classes = _classes()
     kind = meta.get("kind")
     if kind not in classes:

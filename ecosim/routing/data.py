@@ -63,8 +63,17 @@ class Routing:
             raise EcoSimError("routing: sequence lengths do not add up to the token count")
         if self.provenance not in PROVENANCES:
             raise EcoSimError(f"routing provenance must be one of {', '.join(PROVENANCES)}, got {self.provenance!r}")
+        if not 1 <= self.num_experts <= 32767:  # the trace format's range (expert ids are int16)
+            raise EcoSimError(f"routing: {self.num_experts} experts per layer; allowed: [1, 32767]")
         if len(self.experts) and (self.experts.min() < 0 or self.experts.max() >= self.num_experts):
             raise EcoSimError(f"routing: expert ids outside [0, {self.num_experts})")
+        if self.top_k > 1 and len(self.experts):  # a token's k experts in a layer are k different ones
+            s = np.sort(self.experts, axis=2)
+            dup = (s[:, :, 1:] == s[:, :, :-1]).any(axis=2)
+            if dup.any():
+                t, layer = (int(x) for x in np.argwhere(dup)[0])
+                raise EcoSimError(f"routing: token {t} layer {layer} repeats an expert among its top-{self.top_k}: "
+                                  f"{self.experts[t, layer].tolist()} (a token's experts in a layer are distinct)")
 
     @property
     def layers(self) -> int:

@@ -247,6 +247,8 @@ def import_routing(path: str | Path, fmt: str | None = None, *, model: str | Non
         E = num_experts if num_experts is not None else top + 1
         if top >= E:
             raise _bad(path, f"expert id {top} is not below --num-experts {E}")
+        if not 2 <= E <= 32767:  # a mixture has two experts or more; the trace format holds ids up to 32,766
+            raise _bad(path, f"{E} experts per layer{' (largest id + 1)' if inferred else ''}; allowed: [2, 32767]")
         source = {"format": fmt, "path": str(path), "num_experts_inferred": inferred}
         source.update({k: extras[k] for k in ("layer_ids", "note") if extras.get(k) is not None})
         r = from_lists(seqs, E, tokens=tokens, gates=extras.get("gates"), model=model or "unknown", provenance="real",

@@ -35,12 +35,45 @@ def default_jobs() -> int:
         return os.cpu_count() or 1
 
 
+def _exit_with_parent(parent: int) -> None:
+    """Initializer of every pool worker: a worker never outlives the sweep that started it (killed with
+    SIGKILL, the driver cannot shut its pool down). Linux: the kernel sends SIGKILL when the parent dies;
+    elsewhere a thread polls the parent's pid. A worker says no warnings: the driver, which planned the same
+    configurations, has said each once."""
+    import signal
+    import threading
+    import time
+    import warnings
+
+    from ecosim.gate.values import EcoSimWarning
+
+    warnings.simplefilter("ignore", EcoSimWarning)
+
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
 def run_local(tasks: list[Task], jobs: int) -> Done:
     if jobs <= 1 or len(tasks) <= 1:
         for t in tasks:
             yield t, run_task(t)
         return
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=mp.get_context("spawn"))
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=mp.get_context("spawn"),
+                               initializer=_exit_with_parent, initargs=(os.getpid(),))
     try:
         pending = {pool.submit(run_task, t): t for t in tasks}
         while pending:
@@ -57,6 +90,26 @@ def import_ray() -> Any:
     except ImportError:
         raise EcoSimError(RAY_MISSING) from None
     return ray
+
+
+RAY_REACH_S = 5.0  # seconds to reach a cluster's address before saying it cannot be reached
+
+
+def check_ray_address(address: str) -> None:
+    """A cluster address (`HOST:PORT` or `ray://HOST:PORT`) must answer a TCP connect within RAY_REACH_S:
+    Ray itself retries an unreachable one for minutes. `auto` and `local` are Ray's own words, left to it."""
+    import socket
+
+    if address in ("auto", "local"):
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+        raise EcoSimError(f"--ray-address {address!r}: expected HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=RAY_REACH_S).close()
+    except OSError as e:
+        raise EcoSimError(f"--ray-address {address}: cannot reach it ({e.strerror or e or 'timed out'}); "
+                          "is the Ray head running there?") from None
 
 
 def run_ray(tasks: list[Task], jobs: int, address: str | None = None) -> Done:
@@ -92,12 +145,21 @@ def run_ray(tasks: list[Task], jobs: int, address: str | None = None) -> Done:
             ray.shutdown()
 
 
-def run_tasks(tasks: list[Task], executor: str, jobs: int, ray_address: str | None = None) -> Done:
-    if executor == "local":
-        if ray_address:
-            raise EcoSimError("--ray-address needs --executor ray")
-        return run_local(tasks, jobs)
+def check_executor(executor: str, ray_address: str | None = None) -> None:
+    """Refuse an executor that cannot run, before any output is written: unknown, Ray missing, a cluster
+    address that does not answer."""
+    if executor not in EXECUTORS:
+        raise EcoSimError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+    if executor == "local" and ray_address:
+        raise EcoSimError("--ray-address needs --executor ray")
     if executor == "ray":
-        import_ray()  # fail before any work starts
-        return run_ray(tasks, jobs, ray_address)
-    raise EcoSimError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}")
+        import_ray()
+        if ray_address:
+            check_ray_address(ray_address)
+
+
+def run_tasks(tasks: list[Task], executor: str, jobs: int, ray_address: str | None = None) -> Done:
+    check_executor(executor, ray_address)
+    if executor == "local":
+        return run_local(tasks, jobs)
+    return run_ray(tasks, jobs, ray_address)

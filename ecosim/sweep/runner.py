@@ -16,14 +16,14 @@ from ecosim.catalog.models import ModelShape
 from ecosim.cost import CostModel
 from ecosim.errors import EcoSimError
 from ecosim.placements import parse_placement
-from ecosim.sweep.executors import run_tasks
+from ecosim.replay import no_positions
+from ecosim.sweep.executors import check_executor, run_tasks
 from ecosim.sweep.grid import Config, Grid, TraceRef, group_tasks
 from ecosim.sweep.results import SweepDir, atomic_write_text, config_record, trace_fingerprint
 from ecosim.sweep.tasks import batch_tasks
 from ecosim.sweep.winner import choose, versions
-from ecosim.trace.checks import check_manifest
 from ecosim.trace.io import find_traces, provenance_of
-from ecosim.trace.schema import MANIFEST, POSITIONS
+from ecosim.trace.read import read_manifest, read_positions
 
 WINNER = "winner.json"
 # Test hook (tests/test_sweep.py, tests/test_faults.py): "N" sends this process SIGKILL right after
@@ -51,11 +51,9 @@ def trace_refs(paths: list[str | Path]) -> list[tuple[TraceRef, dict[str, Any]]]
         p = p.resolve()
         if str(p) in out:
             continue
-        try:
-            manifest = json.loads((p / MANIFEST).read_bytes())
-        except (OSError, ValueError) as e:
-            raise EcoSimError(f"{p}/{MANIFEST}: unreadable ({e})") from None
-        check_manifest(manifest)
+        manifest = read_manifest(p)  # the gate: declared keys, types and ranges
+        if not sum(int(r["positions"]) for r in manifest["requests"]):
+            raise EcoSimError(no_positions(p))
         out[str(p)] = (TraceRef(str(p), trace_fingerprint(p)), manifest)
     return list(out.values())
 
@@ -77,6 +75,7 @@ def run_sweep(
     `on_plan(total, skipped)` is called once the plan is known, `on_done(n)` as each task's n
     configurations are committed.
     """
+    check_executor(executor, ray_address)  # before anything is written: a cluster that does not answer is one line
     d = SweepDir(out)
     refs = trace_refs(traces)
     for ref, manifest in refs:  # a setting cannot draft deeper than a trace recorded
@@ -129,8 +128,8 @@ def unfit(grid: Grid, refs: list[tuple[TraceRef, dict[str, Any]]]) -> dict[tuple
     out: dict[tuple[TraceRef, Any], str] = {}
     for ref, manifest in refs:
         shape = ModelShape.from_manifest(manifest["model"])
-        pos = pl.read_parquet(Path(ref.path) / POSITIONS, columns=["context_len", "n_nodes"])
-        context = int((pos["context_len"].cast(pl.Int64) + pos["n_nodes"].cast(pl.Int64)).max() or 0)
+        pos = read_positions(ref.path)  # checked against the manifest: a damaged file is one line, not a polars error
+        context = int((pos["context_len"].astype("int64") + pos["n_nodes"]).max(initial=0))
         for p in grid.pricings():
             try:
                 CostModel(shape, grid.settings.device(p), parse_placement(p.placement), grid.settings.cost).check(context)

@@ -47,8 +47,15 @@ def _load_manifest(path: Path) -> dict[str, Any]:
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
-    """A trace's manifest alone (parsed, not checked): for a cheap look before any work."""
-    return _load_manifest(Path(path))
+    """A trace's manifest alone, checked against its declaration (the gate): for a cheap look before any work,
+    and the manifest every path that does not read the whole trace (`replay --max-memory`, `sweep`) prices with."""
+    path = Path(path)
+    manifest = _load_manifest(path)
+    try:
+        check_manifest(manifest)
+    except TraceError as e:
+        raise _prefixed(path, e) from None
+    return manifest
 
 
 def _parquet(path: Path, name: str) -> pq.ParquetFile:
@@ -59,6 +66,11 @@ def _parquet(path: Path, name: str) -> pq.ParquetFile:
         return pq.ParquetFile(f)
     except (OSError, pa.ArrowException, ValueError) as e:
         raise TraceError(f"{path}/{name}", f"not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
+
+
+def node_file(path: str | Path) -> pq.ParquetFile:
+    """A trace's nodes.parquet opened (footer and schema read, no rows), or one line saying why it cannot be."""
+    return _parquet(Path(path), NODES)
 
 
 def _check_schema(where: str, schema: pa.Schema, want: dict[str, pa.DataType]) -> None:
@@ -124,8 +136,7 @@ def iter_node_batches(path: Path, manifest: dict[str, Any], batch_rows: int = RO
 def _prefixed(path: Path, err: TraceError) -> TraceError:
     if err.file.startswith(str(path)):
         return err
-    msg = str(err).split(": ", 1)[1]
-    return TraceError(f"{path}/{err.file}", msg, err.row, err.column)
+    return TraceError(f"{path}/{err.file}", err.detail, err.row, err.column)
 
 
 def _checked(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], TraceChecker]:
@@ -140,6 +151,13 @@ def _checked(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray], TraceCh
     except TraceError as e:
         raise _prefixed(path, e) from None
     return manifest, positions, checker
+
+
+def read_positions(path: str | Path) -> dict[str, np.ndarray]:
+    """A trace's positions table checked against its manifest (no node rows read): what a plan needs up front."""
+    path = Path(path)
+    _, positions, _ = _checked(path)
+    return positions
 
 
 def check_trace(path: str | Path) -> dict[str, Any]:
