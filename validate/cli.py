@@ -16,9 +16,9 @@ from typing import Annotated
 
 import typer
 
-from ecosim.cli import make_app, run, wide_console
+from ecosim.cli import interrupted, make_app, run, wide_console
 from ecosim.cli.adapter import knob_options, with_options
-from ecosim.errors import EcoSimError
+from ecosim.errors import EcoSimError, Interrupted
 from ecosim.outputs import COMPARISON, PROFILE, check_output
 from ecosim.policies import registry
 from ecosim.tree_config import TREE, TreeShape
@@ -171,14 +171,16 @@ def run_cmd(
     overlap: Overlap = "auto",
     clock: ClockOpt = "wall",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress messages.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Replace a validate run already in --out (any other folder is never written into).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Start again in --out, replacing the validate run there (without it, the same command "
+                                                    "continues an interrupted run; any other folder is never written into).")] = False,
     no_fail: NoFail = False,
 ) -> None:
     """Speculative decoding for real with the winner, ar and confidence; measure, check losslessness, compare.
 
     Exit status: 0 every check passed; 1 not lossless; 2 bad input; 3 a fidelity target missed
     (mean or worst error, ranking, winner faster than confidence); 130 interrupted. --no-fail
-    turns 3 into 0.
+    turns 3 into 0. Work is committed as each request's round ends (RUN/parts/): rerunning the
+    same command after an interruption continues it.
     """
     from validate.choice import from_flags, read_winner
     from validate.measure import RunConfig, command_line, run_validation
@@ -203,7 +205,10 @@ def run_cmd(
                     max_nodes=max_nodes, repeats=repeats, clock=clock, hardware=hardware, trace=trace, calib=calib, progress=not quiet,
                     command=command_line(sys.argv[1:]), contexts_from_trace=contexts is None, force=force)
     say = (lambda msg: None) if quiet else None
-    doc = run_validation(cfg, say)
+    try:
+        doc = run_validation(cfg, say)
+    except Interrupted as e:  # says what was committed and that the same command continues
+        interrupted("validate", str(e))
     render(doc, wide_console())
     _exit_on_failed_checks(doc, no_fail)
 

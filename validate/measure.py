@@ -14,6 +14,10 @@
 5. check losslessness: each policy's tokens, in every repeat, against the reference (the first
    diverging position is reported); the recorded trace's tokens too;
 6. write RUN/measured.json and RUN/steps.parquet, then compare (compare.py).
+
+Each piece of work is committed under RUN/parts/ as it ends (the trace, the reference, every
+request's round of decodes, the calibration's runs so far: parts.py), so rerunning the same
+command after an interruption continues where it stopped.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from ecosim.errors import Interrupted
 from ecosim.outputs import RUN_MARKER
 from ecosim.trace.io import Trace, read_trace
 from tracer.pair import Pair, load_pair
@@ -39,6 +44,7 @@ from validate.choice import spec_dict
 from validate.clock import Clock, make_clock
 from validate.decode import Decoded, SpecDecoder, Step, greedy
 from validate.live import Selector
+from validate.parts import Parts
 from validate.recorded import (
     TraceOptions, check_same_model, prompt_ids, record, trace_text, trace_tokens, tree_options,
 )
@@ -80,14 +86,15 @@ def _median_steps(runs: list[Decoded]) -> tuple[list[Step], list[list[float]], b
 # ----------------------------------------------------------------------------------------- phases
 
 
-def obtain_trace(cfg: RunConfig, say: Say) -> tuple[Path, Trace]:
+def obtain_trace(cfg: RunConfig, parts: Parts, say: Say) -> tuple[Path, Trace]:
     """Phase 1: the trace the simulator will predict from, recorded now from the prompts (so the
-    measurement and the prediction describe the same requests) or the one given with --trace."""
-    if cfg.trace is None:
+    measurement and the prediction describe the same requests) or the one given with --trace;
+    a rerun takes the one it recorded before."""
+    trace_path = cfg.trace or parts.trace()
+    if trace_path is None:
         say(f"recording the trace of the prompts into {cfg.out / 'trace'}")
         trace_path = record(cfg)
-    else:
-        trace_path = cfg.trace
+        parts.save_trace(trace_path)
     return trace_path, read_trace(trace_path)
 
 
@@ -114,34 +121,47 @@ def start_calibration(cfg: RunConfig, pair: Pair, trace: Trace, opts: TraceOptio
 
 
 def decode_all(cfg: RunConfig, pair: Pair, trace: Trace, opts: TraceOptions, prompts: dict[int, list[int]],
-               clock: Clock, cal: Calibration | None, say: Say) -> Runs:
+               clock: Clock, cal: Calibration | None, say: Say, parts: Parts) -> Runs:
     """Phase 4: every prompt with every policy, `repeats` times, interleaved (repeat -> request ->
     policy) so that load from other processes falls on all policies alike; the garbage collector
-    runs between requests, never inside a timed decode; after each round, a slice of `cal`."""
+    runs between requests, never inside a timed decode; after each round, a slice of `cal`. Each
+    round is committed as it ends; the rounds a rerun finds committed are taken, not decoded."""
     tree, max_new, stop = opts.tree, opts.max_new_tokens, opts.stop_at_eos
     policies = cfg.choice.policies
     selectors = [Selector(s, pair.shape, trace) for s in policies]
     dec = SpecDecoder(pair, clock, tree.depth, tree.topk, tree.max_nodes, max_new, stop)
     warm = SpecDecoder(pair, clock, tree.depth, tree.topk, tree.max_nodes, min(max_new, 4), stop)
-    first = next(iter(prompts))
-    for sel in selectors:  # first use of each policy's code paths, untimed
-        warm.decode(sel, first, prompts[first])
     runs: Runs = {}
-    say(f"decoding {len(prompts)} requests x {len(policies)} policies x {cfg.repeats} repeats")
-    gc_was = gc.isenabled()
     rounds, done = cfg.repeats * len(prompts), 0
+    before = parts.rounds_done()
+    first = next(iter(prompts))
+    for sel in selectors if before < rounds else ():  # first use of each policy's code paths, untimed
+        warm.decode(sel, first, prompts[first])
+    say(f"decoding {len(prompts)} requests x {len(policies)} policies x {cfg.repeats} repeats"
+        + (f" ({before} of {rounds} request rounds committed before: continuing)" if before else ""))
+    if cal is not None:
+        parts.restore_calibration(cal)
+    gc_was = gc.isenabled()
     try:
         for rep in range(cfg.repeats):
             for rid, p in prompts.items():
+                done += 1
+                kept = parts.round(rep, rid, len(selectors))
+                if kept is not None:
+                    for j, d in enumerate(kept):
+                        runs.setdefault((j, rid), []).append(d)
+                    continue
                 gc.collect()
                 gc.disable()
-                for j, sel in enumerate(selectors):
-                    runs.setdefault((j, rid), []).append(dec.decode(sel, rid, p))
+                decodes = [dec.decode(sel, rid, p) for sel in selectors]
                 if gc_was:
                     gc.enable()
-                done += 1
+                for j, d in enumerate(decodes):
+                    runs.setdefault((j, rid), []).append(d)
                 if cal is not None:
                     cal.step(-(-cal.remaining // (rounds - done + 1)))
+                    parts.save_calibration(cal)
+                parts.commit_round(rep, rid, decodes)
     finally:
         if gc_was:
             gc.enable()
@@ -218,17 +238,28 @@ def run_validation(cfg: RunConfig, say: Any = None) -> dict[str, Any]:
     clock = make_clock(cfg.clock, cfg.device)  # before anything slow: a bad --clock fails at once
     cfg.out.mkdir(parents=True, exist_ok=True)
     (cfg.out / RUN_MARKER).touch()
-    trace_path, trace = obtain_trace(cfg, say)
-    opts = tree_options(trace)
-    prompts = prompt_ids(trace, trace_path)
-    say(f"loading {cfg.model} on {cfg.device}")
-    pair = load_pair(cfg.model, cfg.draft, dtype=cfg.dtype, device=cfg.device, attn=cfg.attn)
-    check_same_model(pair, trace)
-    cal = start_calibration(cfg, pair, trace, opts, clock, say)
-    say("greedy reference")  # phase 3
-    reference = {rid: greedy(pair.target.model, p, opts.max_new_tokens, pair.eos_ids, opts.stop_at_eos)
-                 for rid, p in prompts.items()}
-    runs = decode_all(cfg, pair, trace, opts, prompts, clock, cal, say)
+    parts = Parts(cfg.out)
+    parts.start(cfg.resume_key(), cfg.force)
+    total = "?"
+    try:
+        trace_path, trace = obtain_trace(cfg, parts, say)
+        opts = tree_options(trace)
+        prompts = prompt_ids(trace, trace_path)
+        total = str(cfg.repeats * len(prompts))
+        say(f"loading {cfg.model} on {cfg.device}")
+        pair = load_pair(cfg.model, cfg.draft, dtype=cfg.dtype, device=cfg.device, attn=cfg.attn)
+        check_same_model(pair, trace)
+        cal = start_calibration(cfg, pair, trace, opts, clock, say)
+        reference = parts.reference()
+        if reference is None or set(reference) != set(prompts):
+            say("greedy reference")  # phase 3
+            reference = {rid: greedy(pair.target.model, p, opts.max_new_tokens, pair.eos_ids, opts.stop_at_eos)
+                         for rid, p in prompts.items()}
+            parts.save_reference(reference)
+        runs = decode_all(cfg, pair, trace, opts, prompts, clock, cal, say, parts)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted; {parts.rounds_done()} of {total} request rounds (a request decoded by every "
+                          f"policy once) committed to {parts.dir}; rerun the same command to continue") from None
     profile_path = finish_calibration(cfg, pair, cal, say)
     failures, trace_failures = check_lossless(cfg, runs, reference, trace_tokens(trace))
     deterministic = write_steps(cfg, runs)
