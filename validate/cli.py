@@ -23,6 +23,7 @@ from ecosim.outputs import COMPARISON, PROFILE, check_output
 from ecosim.policies import registry
 from ecosim.tree_config import TREE, TreeShape
 from validate.calibrate.config import CalibConfig
+from validate.devicecheck.config import FULL_TARGETS, CheckConfig
 
 CALIB = CalibConfig()  # the defaults of `validate calibrate` and of the on-the-spot calibration
 
@@ -211,6 +212,51 @@ def run_cmd(
         interrupted("validate", str(e))
     render(doc, wide_console())
     _exit_on_failed_checks(doc, no_fail)
+
+
+@app.command("device-check")
+def device_check(
+    device: Annotated[str, typer.Option("--device", help=CheckConfig.help("device"))] = "cuda",
+    out: Annotated[Path, typer.Option(help=CheckConfig.help("out"))] = Path("device-check"),
+    small: Annotated[bool, typer.Option("--small", help=CheckConfig.help("small"))] = False,
+    budget_s: Annotated[float, typer.Option("--budget-s", help=CheckConfig.help("budget_s"))] = 420.0,
+    targets: Annotated[str, typer.Option(help=CheckConfig.help("targets"))] = ",".join(FULL_TARGETS),
+    layers: Annotated[int, typer.Option(help=CheckConfig.help("layers"))] = 2,
+    dtype: Annotated[str, typer.Option(help=CheckConfig.help("dtype"))] = "auto",
+    prompts: Annotated[int, typer.Option(help=CheckConfig.help("prompts"))] = 4,
+    tokens: Annotated[int, typer.Option(help=CheckConfig.help("tokens"))] = 32,
+    sample: Annotated[int, typer.Option(help=CheckConfig.help("sample"))] = 16,
+    threads: Annotated[int | None, typer.Option(help=CheckConfig.help("threads"))] = None,
+    seed: Annotated[int, typer.Option(help=CheckConfig.help("seed"))] = 0,
+    force: Annotated[bool, typer.Option("--force", help=CheckConfig.help("force"))] = False,
+) -> None:
+    """Prove the GPU half in one command: build real-sized targets, record, recompute, calibrate, validate.
+
+    Writes OUT/summary.json and OUT/summary.md as each phase ends. Exit status: 0 every phase
+    passed; 1 a phase failed (the summary says which and why); 2 bad input, or the environment
+    lacks something (one line: torch without CUDA, no device, too little memory); 130 interrupted.
+    """
+    from validate.devicecheck.check import main_line, run_check, say_stderr
+
+    cfg = CheckConfig(device=device, out=out, small=small, budget_s=budget_s,
+                      targets=tuple(t.strip() for t in targets.split(",") if t.strip()), layers=layers, dtype=dtype,
+                      prompts=prompts, tokens=tokens, sample=sample, threads=threads, seed=seed, force=force)
+    print(f"validate device-check: device {cfg.device}, out {cfg.out}, small {cfg.small}, budget {cfg.budget_s:g} s, "
+          f"targets {','.join(cfg.targets)}")
+    try:
+        doc = run_check(cfg, command_line_of(sys.argv[1:]), say_stderr)
+    except KeyboardInterrupt:
+        interrupted("validate", f"interrupted; what the finished phases measured is in {out}/summary.json")
+    print(main_line(doc))
+    print(f"wrote {out / 'summary.json'} and {out / 'summary.md'}")
+    if not doc["passed"]:
+        raise typer.Exit(1)
+
+
+def command_line_of(argv: list[str]) -> str:
+    import shlex
+
+    return shlex.join(["validate", *argv])
 
 
 def missed_targets(doc: dict) -> list[str]:
