@@ -104,3 +104,24 @@ def test_plan_shrinks_to_its_share():
     assert (p.calib_repeats, p.repeats) == (5, 3)
     resize(p, 3.0, 0.05)  # little left: one repeat each
     assert (p.calib_repeats, p.repeats) == (1, 1)
+
+
+@pytest.mark.parametrize("name,cls", [("qwen3-30b-a3b", "Qwen3MoeForCausalLM"), ("gpt-oss-20b", "GptOssForCausalLM")])
+def test_full_targets_have_the_catalogue_layer_sizes(name, cls):
+    """Built on the meta device (no memory): the class the tracer loads, the catalogue's per-layer sizes."""
+    from transformers import AutoModelForCausalLM
+
+    from ecosim.catalog.models import get_model
+    from tracer.routing import RouterCapture
+    from tracer.shape import model_shape
+    from validate.devicecheck.targets import full_config
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(full_config(name, 2), dtype=torch.bfloat16, attn_implementation="eager")
+    cap = RouterCapture(model)
+    got, want = model_shape(model, name, cap.moe_layers, cap.top_k, name), get_model(name)
+    assert type(model).__name__ == cls and got.num_moe_layers == 2
+    for field in ("num_experts", "top_k", "hidden_size", "moe_intermediate_size"):
+        assert getattr(got, field) == getattr(want, field), field
+    # bf16 weights: 2 bytes a parameter (gpt-oss's experts add their biases, and ship in MXFP4 instead)
+    assert got.expert_bytes == want.expert_params * 2 + (3 * 2880 if cls == "GptOssForCausalLM" else 0) * 2
