@@ -20,9 +20,9 @@ def table(doc: dict[str, Any]) -> Table:
     clock = (doc.get("measured_environment") or {}).get("clock", "wall")
     t = Table(title=f"{doc['model']} on {doc['device']}: measured ({clock} clock) vs simulated (trace {doc['trace']})",
               title_justify="left")
-    cols = [("policy", "left"), ("tok/step", "right"), ("experts/step", "right"), ("sim", "right"),
-            ("ms/tok", "right"), ("sim", "right"), ("error", "right"), ("step-model", "right"),
-            ("vs ar", "right"), ("sim", "right"), ("draft ms", "right"), ("select ms", "right"), ("verify ms", "right")]
+    cols = [("policy", "left"), ("tok/step", "right"), ("experts/step", "right"), ("sim experts/step", "right"),
+            ("ms/tok", "right"), ("sim ms/tok", "right"), ("error", "right"), ("step-model", "right"),
+            ("vs ar", "right"), ("sim vs ar", "right"), ("draft ms", "right"), ("select ms", "right"), ("verify ms", "right")]
     for c, j in cols:
         t.add_column(c, justify=j, no_wrap=True)  # type: ignore[arg-type]
     for p in doc["policies"]:
@@ -33,8 +33,9 @@ def table(doc: dict[str, Any]) -> Table:
             _x(p["measured_speedup_vs_ar"]), _x(p["simulated_speedup_vs_ar"]),
             _ms(p["draft_s"]), _ms(p["select_s"]), _ms(p["verify_s"]),
         )
-    t.caption = ("measured, then simulated (sim) where both exist; error: simulated replay vs measured time per token; "
-                 "step-model: the cost model on the measured steps; draft/select/verify: mean measured ms per step")
+    t.caption = ("each figure measured, then its simulated counterpart (sim ...: the simulator's replay of the recorded "
+                 "trace); error: sim ms/tok vs ms/tok; step-model: the cost model on the measured steps; draft/select/"
+                 "verify: mean measured ms per step")
     t.caption_justify = "left"
     return t
 

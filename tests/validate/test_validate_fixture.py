@@ -93,3 +93,13 @@ def test_fresh_eight_prompt_run_with_a_token_winner_meets_the_targets(tmp_path):
     assert [p["policy"] for p in doc["policies"]] == ["ecospec", "ar", "confidence"]
     assert all(t["met"] for t in doc["targets"].values()), doc["targets"]
     assert doc["mae_pct"] <= 3.0 and doc["worst_pct"] <= 8.0 and doc["ranking_preserved"]
+
+
+def test_table_columns_each_have_their_own_name(tmp_path):
+    """Every column of `validate report`'s table says what it is: no two share a header (three were "sim")."""
+    from validate.report import table
+
+    cols = [c.header for c in table(compare_run(FIXTURE, out=tmp_path)).columns]
+    assert len(cols) == len(set(cols)), cols
+    for measured, simulated in (("experts/step", "sim experts/step"), ("ms/tok", "sim ms/tok"), ("vs ar", "sim vs ar")):
+        assert cols[cols.index(measured) + 1] == simulated  # each simulated figure beside its measured one
