@@ -102,6 +102,7 @@ def calibrate(
     trace: Annotated[Path | None, typer.Option(help="A trace recorded from this model: the verify cases become subtrees of its trees "
                                                     "with their recorded routing (default: a grid of tokens x expert unions).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a profile already at --out (any other file is never replaced).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress (a bar in a terminal, else a line at every tenth of the runs).")] = False,
 ) -> None:
     """Measure this device as ecosim's cost model needs it: fit bandwidth, compute, overhead and draft time."""
     from tracer.pair import load_pair
@@ -129,7 +130,15 @@ def calibrate(
 
         recorded = read_trace(trace)
         check_same_model(pair, recorded)
-    doc = calibrate_pair(pair, cfg, make_clock(clock, pair.target.device), clock, text=text, trace=recorded)
+    from validate.calibrate.pair import design_for
+    from validate.calibrate.progress import calibration_progress
+
+    cases = len(design_for(cfg, pair, recorded))
+    runs = cases * len(cfg.contexts) * cfg.repeats
+    what = (f"{cases} verify cases x {len(cfg.contexts)} contexts x {cfg.repeats} repeats, each of more than one token "
+            "after a timed draft step")
+    with calibration_progress(runs, what, not quiet) as tick:
+        doc = calibrate_pair(pair, cfg, make_clock(clock, pair.target.device), clock, progress=tick, text=text, trace=recorded)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
     f = doc["calibration"]["fit"]
