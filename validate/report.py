@@ -20,7 +20,7 @@ def table(doc: dict[str, Any]) -> Table:
     clock = (doc.get("measured_environment") or {}).get("clock", "wall")
     t = Table(title=f"{doc['model']} on {doc['device']}: measured ({clock} clock) vs simulated (trace {doc['trace']})",
               title_justify="left")
-    cols = [("policy", "left"), ("tok/step", "right"), ("experts/step", "right"), ("sim experts/step", "right"),
+    cols = [("policy", "left"), ("tok/step", "right"), ("exp/step", "right"), ("sim exp/step", "right"),
             ("ms/tok", "right"), ("sim ms/tok", "right"), ("error", "right"), ("step-model", "right"),
             ("vs ar", "right"), ("sim vs ar", "right"), ("draft ms", "right"), ("select ms", "right"), ("verify ms", "right")]
     for c, j in cols:
@@ -60,6 +60,10 @@ def lines(doc: dict[str, Any]) -> list[str]:
         out.append(f"winner {m['winner']} vs {m['versus']}: measured {m['measured_pct']:+.2f}%, simulated {m['simulated_pct']:+.2f}% "
                    f"faster (margin error {m['margin_error_pp']:+.2f} pp); winner faster in measured "
                    f"{'wall-clock' if clock == 'wall' else clock + '-clock'} time: {'yes' if m['winner_faster_measured'] else 'NO'}")
+    d = doc.get("draft_step")
+    if d:
+        out.append(f"draft step: {d['measured_s'] * 1e3:.1f} ms measured (mean over the speculative policies' steps), "
+                   f"{d['profile_s'] * 1e3:.1f} ms charged by the profile")
     for w in doc.get("warnings", []):
         out.append(f"warning: {w}")
     out.append("not modelled: " + "; ".join(doc["not_modelled"]))
