@@ -175,6 +175,10 @@ def run_cmd(
     hardware: Annotated[Path | None, typer.Option(help="A profile from `validate calibrate` (default: calibrate on the spot).")] = None,
     trace: Annotated[Path | None, typer.Option(help="Use this recorded trace instead of recording one (its prompts and tree options are used).")] = None,
     calib_repeats: Annotated[int, typer.Option(help="On-the-spot calibration: runs of each case.")] = 8,
+    retime: Annotated[bool, typer.Option("--retime/--no-retime", help="With --hardware: re-time a few of the on-the-spot "
+                                         "design's cases between the decoding rounds and scale the stored profile to this "
+                                         "run's pace (RUN/profile.json), so the machine's drift since calibration cancels.")] = True,
+    retime_repeats: Annotated[int, typer.Option(help="With --hardware: runs of each re-timed case.")] = 2,
     calib_tokens: Annotated[str, typer.Option(help="On-the-spot calibration: tokens per verify forward (those up to the largest "
                                                    "budget + 1 are kept, and that size is added).")] = _csv(CALIB.tokens),
     calib_contexts: Annotated[str | None, typer.Option(help="On-the-spot calibration: context lengths (default: the trace's shortest and longest).")] = None,
@@ -213,7 +217,8 @@ def run_cmd(
     cfg = RunConfig(model=model, out=out, choice=choice, prompts=list(prompts or []), draft=draft, device=device, dtype=dtype,
                     attn=attn, threads=threads, max_new_tokens=max_new_tokens, max_prompts=max_prompts, depth=depth, topk=topk,
                     max_nodes=max_nodes, repeats=repeats, clock=clock, hardware=hardware, trace=trace, calib=calib, progress=not quiet,
-                    command=command_line(sys.argv[1:]), contexts_from_trace=contexts is None, force=force)
+                    command=command_line(sys.argv[1:]), contexts_from_trace=contexts is None, force=force, retime=retime,
+                    retime_repeats=retime_repeats)
     say = (lambda msg: None) if quiet else None
     try:
         doc = run_validation(cfg, say)

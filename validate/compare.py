@@ -37,6 +37,8 @@ Across policies:
 - winner_margin: confidence's time per token / the winner's - 1, in percent, measured and simulated
   (positive: the winner is faster); margin_error_pp = simulated - measured, in percentage points.
 - lossless: every policy's tokens, in every repeat, equal plain greedy decoding's.
+- profile_drift: where the run re-timed a stored profile (validate/drift.py), the given profile and
+  the factors it was scaled by (verify_factor, draft_factor: this run's times over the stored ones).
 - draft_step: a draft step's cost, the one figure the docs quote: `measured_s`, the mean draft
   phase over every step of the speculative policies, and `profile_s`, the profile's draft time
   (what the simulator charges each speculative step); None without a speculative policy.
@@ -229,6 +231,7 @@ def compare_run(run_dir: Path, hardware: str | None = None, out: Path | None = N
         },
         "device": device.name, "hardware": {**device.to_dict(), "profile": str(profile_path)},
         "profile_environment": profile_doc.get("calibration", {}).get("environment"),
+        "profile_drift": profile_doc.get("calibration", {}).get("drift"),
         "measured_environment": measured.get("environment"),
         "model": measured["model"], "model_ref": measured.get("model_ref"), "draft": measured.get("draft"),
         "trace": str(trace.path), "trace_synthetic": trace.synthetic, "repeats": measured.get("repeats"),

@@ -34,7 +34,11 @@ import numpy as np
 import polars as pl
 import torch
 
+from ecosim.catalog.devices import get_device
+from ecosim.cost import CostConfig
 from ecosim.errors import Interrupted
+from ecosim.placements import Hbm
+from ecosim.simulate import cost_model
 from ecosim.outputs import RUN_MARKER
 from ecosim.trace.io import Trace, read_trace
 from tracer.pair import Pair, load_pair
@@ -100,11 +104,13 @@ def obtain_trace(cfg: RunConfig, parts: Parts, say: Say) -> tuple[Path, Trace]:
 
 def start_calibration(cfg: RunConfig, pair: Pair, trace: Trace, opts: TraceOptions, clock: Clock,
                       say: Say) -> Calibration | None:
-    """Phase 2 (without --hardware): an on-the-spot calibration of the subtree sizes the policies
+    """Phase 2: without --hardware, an on-the-spot calibration of the subtree sizes the policies
     verify (1 to the largest budget + 1), at the trace's contexts, so that the fit is local to the
-    steps it must price. It runs later, a slice between decoding rounds, so that calibration and
-    measurement meet the same load from other processes."""
-    if cfg.hardware is not None:
+    steps it must price; with --hardware, the same design at `retime_repeats` runs a case, the
+    anchors that bring the stored profile to this run's pace (drift.py). It runs later, a slice
+    between decoding rounds, so that calibration and measurement meet the same load from other
+    processes."""
+    if cfg.hardware is not None and not cfg.retime:
         return None
     tree = opts.tree
     budget = max([s.budget for s in cfg.choice.policies if s.speculative], default=0)
@@ -114,8 +120,11 @@ def start_calibration(cfg: RunConfig, pair: Pair, trace: Trace, opts: TraceOptio
     if cfg.contexts_from_trace and len(trace.positions["context_len"]):
         ctx = trace.positions["context_len"]
         calib = replace(calib, contexts=tuple(sorted({int(ctx.min()), int(ctx.max())})))
+    if cfg.hardware is not None:
+        calib = replace(calib, repeats=cfg.retime_repeats)
     cal = Calibration(bench_for(pair, calib, trace_text(trace)), clock, calib, design_for(calib, pair, trace))
-    say(f"calibrating on the spot: {cal.remaining} timed verify runs (each of several tokens after a timed draft step), "
+    what = "re-timing the profile at this run's pace" if cfg.hardware is not None else "calibrating on the spot"
+    say(f"{what}: {cal.remaining} timed verify runs (each of several tokens after a timed draft step), "
         "spread between the decoding rounds")
     return cal
 
@@ -168,15 +177,28 @@ def decode_all(cfg: RunConfig, pair: Pair, trace: Trace, opts: TraceOptions, pro
     return runs
 
 
-def finish_calibration(cfg: RunConfig, pair: Pair, cal: Calibration | None, say: Say) -> Path:
-    """Phase 4, end: run what is left of the calibration, fit it and write RUN/profile.json (or
-    take --hardware); the profile the comparison prices the trace with."""
+def finish_calibration(cfg: RunConfig, pair: Pair, trace: Trace, cal: Calibration | None, say: Say) -> Path:
+    """Phase 4, end: run what is left of the calibration, fit it and write RUN/profile.json (with
+    --hardware: the stored profile re-timed, drift.py; with --no-retime: the stored profile
+    itself); the profile the comparison prices the trace with."""
     if cal is None:
         return cfg.hardware  # type: ignore[return-value]
     cal.step()
     cal.bench.close()  # type: ignore[attr-defined]
-    doc = profile_of(pair, cal.cfg, cal.samples, cfg.clock)
     profile_path = cfg.out / "profile.json"
+    if cfg.hardware is not None:
+        from validate.drift import retimed
+
+        given = json.loads(Path(cfg.hardware).read_text())
+        cost = cost_model(trace, get_device(str(cfg.hardware)), Hbm(), CostConfig())
+        doc = retimed(given, pair.shape, cal.samples, cost, str(Path(cfg.hardware).resolve()))
+        profile_path.write_text(json.dumps(doc, indent=1) + "\n")
+        d = doc["calibration"]["drift"]
+        say(f"profile {cfg.hardware} re-timed on {d['anchor_runs']} verify and {d['anchor_drafts']} draft runs: this run "
+            f"verifies at x{d['verify_factor']:.3f} and drafts at x{d['draft_factor']:.3f} the stored times "
+            f"(RUN/profile.json; --no-retime prices with the stored profile as it is)")
+        return profile_path
+    doc = profile_of(pair, cal.cfg, cal.samples, cfg.clock)
     profile_path.write_text(json.dumps(doc, indent=1) + "\n")
     f = doc["calibration"]["fit"]
     say(f"profile: {f['bw'] / 1e9:.3g} GB/s, {f['peak'] / 1e9:.3g} GFLOP/s, overhead {f['overhead_s'] * 1e3:.3g} ms, "
@@ -260,7 +282,7 @@ def run_validation(cfg: RunConfig, say: Any = None) -> dict[str, Any]:
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; {parts.rounds_done()} of {total} request rounds (a request decoded by every "
                           f"policy once) committed to {parts.dir}; rerun the same command to continue") from None
-    profile_path = finish_calibration(cfg, pair, cal, say)
+    profile_path = finish_calibration(cfg, pair, trace, cal, say)
     failures, trace_failures = check_lossless(cfg, runs, reference, trace_tokens(trace))
     deterministic = write_steps(cfg, runs)
     env = environment(pair, cfg.clock)

@@ -60,6 +60,10 @@ def lines(doc: dict[str, Any]) -> list[str]:
         out.append(f"winner {m['winner']} vs {m['versus']}: measured {m['measured_pct']:+.2f}%, simulated {m['simulated_pct']:+.2f}% "
                    f"faster (margin error {m['margin_error_pp']:+.2f} pp); winner faster in measured "
                    f"{'wall-clock' if clock == 'wall' else clock + '-clock'} time: {'yes' if m['winner_faster_measured'] else 'NO'}")
+    r = doc.get("profile_drift")
+    if r:
+        out.append(f"profile: {r['given']} re-timed at this run's pace ({r['anchor_runs']} verify and {r['anchor_drafts']} "
+                   f"draft runs between the decoding rounds): verify x{r['verify_factor']:.3f}, draft x{r['draft_factor']:.3f}")
     d = doc.get("draft_step")
     if d:
         out.append(f"draft step: {d['measured_s'] * 1e3:.1f} ms measured (mean over the speculative policies' steps), "

@@ -62,6 +62,8 @@ class RunConfig:
     command: str = ""
     contexts_from_trace: bool = True  # calibrate at the trace's shortest and longest contexts
     force: bool = False  # replace a validate run already in `out`
+    retime: bool = True  # with `hardware`: re-time anchors between rounds and scale the profile to this run (drift.py)
+    retime_repeats: int = 2  # runs of each anchor case
 
     def resume_key(self) -> dict:
         """The options a rerun must repeat to continue this run (validate/parts.py), as JSON values."""
@@ -71,13 +73,16 @@ class RunConfig:
                "clock": self.clock, "hardware": str(self.hardware) if self.hardware else None,
                "trace": str(self.trace) if self.trace else None, "prompts": [str(p) for p in self.prompts],
                "policies": [s.label() for s in self.choice.policies], "calib": asdict(self.calib),
-               "contexts_from_trace": self.contexts_from_trace}
+               "contexts_from_trace": self.contexts_from_trace, "retime": self.retime,
+               "retime_repeats": self.retime_repeats}
         return json.loads(json.dumps(key))
 
     def check(self) -> None:
         """Bad options fail with one line before recording, loading or writing anything."""
         if self.repeats < 1:
             raise EcoSimError(f"--repeats {self.repeats}: must be at least 1")
+        if self.retime_repeats < 1:
+            raise EcoSimError(f"--retime-repeats {self.retime_repeats}: must be at least 1")
         if self.trace is None and not self.prompts:
             raise EcoSimError("--prompts is needed (or --trace, a trace recorded earlier with the same model)")
         if self.hardware is not None and not self.hardware.is_file():
