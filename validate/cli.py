@@ -117,6 +117,7 @@ def calibrate(
     check_output(out, PROFILE, force=force)
     check_one_device(device)
     _threads(threads)
+    clk = make_clock(clock, device)  # a bad --clock fails before the model is loaded
     pair = load_pair(model, draft, dtype=dtype, device=device, attn=attn)
     text = None
     if prompts:
@@ -138,7 +139,7 @@ def calibrate(
     what = (f"{cases} verify cases x {len(cfg.contexts)} contexts x {cfg.repeats} repeats, each of more than one token "
             "after a timed draft step")
     with calibration_progress(runs, what, not quiet) as tick:
-        doc = calibrate_pair(pair, cfg, make_clock(clock, pair.target.device), clock, progress=tick, text=text, trace=recorded)
+        doc = calibrate_pair(pair, cfg, clk, clock, progress=tick, text=text, trace=recorded)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
     f = doc["calibration"]["fit"]
