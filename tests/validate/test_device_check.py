@@ -125,3 +125,23 @@ def test_full_targets_have_the_catalogue_layer_sizes(name, cls):
         assert getattr(got, field) == getattr(want, field), field
     # bf16 weights: 2 bytes a parameter (gpt-oss's experts add their biases, and ship in MXFP4 instead)
     assert got.expert_bytes == want.expert_params * 2 + (3 * 2880 if cls == "GptOssForCausalLM" else 0) * 2
+
+
+def test_a_failed_phase_is_recorded_and_exits_1(tmp_path, capsys, monkeypatch):
+    """A phase that fails is one line in the summary; what needs it is skipped, the rest still runs."""
+    from validate.devicecheck import phases
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the device fell over\nsecond line")
+
+    monkeypatch.setattr(phases, "calibrate_phase", broken)
+    out = tmp_path / "dc"
+    assert main(["device-check", "--device", "cpu", "--small", "--targets", "qwen3-30b-a3b", "--out", str(out),
+                 "--budget-s", "60"]) == 1
+    assert "calibrate (tiny qwen3_moe): failed; run (tiny qwen3_moe): skipped" in capsys.readouterr().out
+    doc = json.loads((out / "summary.json").read_text())
+    status = {p["phase"]: (p["status"], p.get("why")) for p in doc["phases"]}
+    assert status["recompute"] == ("passed", None) and status["record"] == ("passed", None)
+    assert status["calibrate"] == ("failed", "RuntimeError: the device fell over")
+    assert status["run"] == ("skipped", "needs calibrate, which did not pass")
+    assert not doc["passed"] and (out / "summary.md").read_text().startswith("# Device check: NOT PASSED")

@@ -16,6 +16,8 @@ from validate.devicecheck.summary import Summary
 
 REPO_PROMPTS = Path(__file__).resolve().parents[2] / "prompts"
 PHASES = ("build", "record", "recompute", "calibrate", "run")
+NEEDS = {"record": ("build",), "recompute": ("build", "record"), "calibrate": ("build", "record"),
+         "run": ("build", "record", "calibrate")}  # what each phase of a target needs to have passed
 
 
 def _need_bytes(cfg: CheckConfig) -> float:
@@ -88,8 +90,11 @@ def check_target(cfg: CheckConfig, name: str, share: float, summary: Summary, sa
     pair = None
 
     def gone(phase: str) -> bool:
-        if summary.failed(label):
-            summary.skip(phase, label, "an earlier phase of this target failed")
+        """Skip `phase` when a phase it needs failed (recompute's verdict blocks nothing)."""
+        bad = [p["phase"] for p in summary.doc["phases"]
+               if p["target"] == label and p["phase"] in NEEDS[phase] and p["status"] != "passed"]
+        if bad:
+            summary.skip(phase, label, f"needs {bad[0]}, which did not pass")
             return True
         return False
 
@@ -111,7 +116,7 @@ def check_target(cfg: CheckConfig, name: str, share: float, summary: Summary, sa
         with summary.phase("record", label):
             prompts = phases.prompts_file(REPO_PROMPTS, root / "prompts.jsonl", plan.prompts)
             tgt["record"] = phases.record_phase(model_dir, prompts, trace, plan, cfg.device, dtype, cfg.threads)
-    if not summary.failed(label):  # the recording's own pace sizes what is left
+    if "record" in tgt:  # the recording's own pace sizes what is left
         spent = next(p["seconds"] for p in summary.doc["phases"][::-1] if p["phase"] == "record" and p["target"] == label)
         left = share - sum(p["seconds"] for p in summary.doc["phases"] if p["target"] == label)
         resize(plan, max(left, 1.0), spent / max(1, tgt["record"]["positions"]))
