@@ -37,8 +37,10 @@ Dtype = Annotated[str, typer.Option(help="auto (the checkpoint's), float32, bflo
 Attn = Annotated[str, typer.Option(help="Attention implementation: auto, eager or sdpa.")]
 Threads = Annotated[int | None, typer.Option(help="torch CPU threads; calibrate and run with the same number.")]
 Overlap = Annotated[str, typer.Option(help="How the profile combines memory and compute time: sum, max, or auto (sum on cpu, max on cuda).")]
-ClockOpt = Annotated[str, typer.Option("--clock", help="wall: perf_counter, device synchronised (default); cpu: the thread's CPU time, "
-                                                       "for a CPU shared with other jobs (--device cpu --threads 1 only).")]
+ClockOpt = Annotated[str, typer.Option("--clock", help="auto (default): cpu on --device cpu with --threads 1, else wall; "
+                                                       "wall: perf_counter, device synchronised; cpu: the thread's CPU time, "
+                                                       "which leaves out waiting to be scheduled on a CPU shared with other "
+                                                       "jobs (--device cpu --threads 1 only).")]
 
 
 def _ints(text: str, name: str) -> tuple[int, ...]:
@@ -96,7 +98,7 @@ def calibrate(
     budget: Annotated[int, typer.Option(help=CalibConfig.help("budget"))] = CALIB.budget,
     overlap: Overlap = "auto",
     seed: Annotated[int, typer.Option(help=CalibConfig.help("seed"))] = CALIB.seed,
-    clock: ClockOpt = "wall",
+    clock: ClockOpt = "auto",
     prompts: Annotated[list[Path] | None, typer.Option(help="Prompt files (JSON Lines) whose text the contexts and draft roots are "
                                                             "cut from (default: the --trace's text, else random tokens).")] = None,
     trace: Annotated[Path | None, typer.Option(help="A trace recorded from this model: the verify cases become subtrees of its trees "
@@ -108,7 +110,7 @@ def calibrate(
     from tracer.pair import load_pair
     from validate.calibrate import HUGE
     from validate.calibrate.pair import calibrate_pair
-    from validate.clock import make_clock
+    from validate.clock import make_clock, resolve_clock
     from validate.run_config import check_one_device
 
     cfg = CalibConfig(tokens=_ints(tokens, "--tokens"), levels=levels, contexts=_ints(contexts, "--contexts"), repeats=repeats,
@@ -117,6 +119,7 @@ def calibrate(
     check_output(out, PROFILE, force=force)
     check_one_device(device)
     _threads(threads)
+    clock = resolve_clock(clock, device, threads)
     clk = make_clock(clock, device)  # a bad --clock fails before the model is loaded
     pair = load_pair(model, draft, dtype=dtype, device=device, attn=attn)
     text = None
@@ -184,7 +187,7 @@ def run_cmd(
                                                    "budget + 1 are kept, and that size is added).")] = _csv(CALIB.tokens),
     calib_contexts: Annotated[str | None, typer.Option(help="On-the-spot calibration: context lengths (default: the trace's shortest and longest).")] = None,
     overlap: Overlap = "auto",
-    clock: ClockOpt = "wall",
+    clock: ClockOpt = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress messages.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Start again in --out, replacing the validate run there (without it, the same command "
                                                     "continues an interrupted run; any other folder is never written into).")] = False,
@@ -211,6 +214,9 @@ def run_cmd(
             raise EcoSimError(f"{flags} go with --policy")
         raise EcoSimError("say which policy to validate: --winner FILE or --policy NAME")
     choice = read_winner(winner, entry) if winner is not None else from_flags(policy, knobs)  # type: ignore[arg-type]
+    from validate.clock import resolve_clock
+
+    clock = resolve_clock(clock, device, threads)
     contexts = _ints(calib_contexts, "--calib-contexts") if calib_contexts else None
     calib = CalibConfig(tokens=_ints(calib_tokens, "--calib-tokens"), repeats=calib_repeats, overlap=_overlap(overlap, device),
                         **({"contexts": contexts} if contexts else {}))
