@@ -113,7 +113,8 @@ def start_calibration(cfg: RunConfig, pair: Pair, trace: Trace, opts: TraceOptio
     if cfg.hardware is not None and not cfg.retime:
         return None
     tree = opts.tree
-    budget = max([s.budget for s in cfg.choice.policies if s.speculative], default=0)
+    budget = max([s.budget if s.budget is not None else tree.max_nodes for s in cfg.choice.policies if s.speculative],
+                 default=0)  # a policy without a budget may verify the whole tree
     most = min(budget, tree.max_nodes) + 1  # the largest subtree any of the policies verifies
     calib = replace(cfg.calib, depth=tree.depth, topk=tree.topk, max_nodes=tree.max_nodes, budget=max(budget, 1),
                     tokens=tuple(sorted({t for t in cfg.calib.tokens if t <= most} | {most})))
@@ -137,7 +138,9 @@ def decode_all(cfg: RunConfig, pair: Pair, trace: Trace, opts: TraceOptions, pro
     round is committed as it ends; the rounds a rerun finds committed are taken, not decoded."""
     tree, max_new, stop = opts.tree, opts.max_new_tokens, opts.stop_at_eos
     policies = cfg.choice.policies
-    selectors = [Selector(s, pair.shape, trace) for s in policies]
+    # a policy that selects by the cost model prices with the profile given (before any re-timing)
+    cost = cost_model(trace, get_device(str(cfg.hardware)), Hbm(), CostConfig()) if cfg.hardware is not None else None
+    selectors = [Selector(s, pair.shape, trace, cost=cost) for s in policies]
     dec = SpecDecoder(pair, clock, tree.depth, tree.topk, tree.max_nodes, max_new, stop)
     warm = SpecDecoder(pair, clock, tree.depth, tree.topk, tree.max_nodes, min(max_new, 4), stop)
     runs: Runs = {}

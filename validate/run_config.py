@@ -97,6 +97,9 @@ class RunConfig:
         for spec in self.choice.policies:
             if spec.predictor:
                 check_predictor_name(spec.predictor)
+            if spec.policy.priced and self.hardware is None:
+                raise EcoSimError(f"{spec.label()} selects by the cost model: give the profile it prices with (--hardware, "
+                                  "from validate calibrate)")
         on_the_fly = sorted({s.predictor for s in self.choice.policies if s.predictor in KINDS})
         if on_the_fly:  # k-fold over the requests: enough requests, checked before recording or loading anything
             if self.trace is not None:

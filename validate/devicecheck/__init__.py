@@ -16,9 +16,8 @@ environment lacks something (phase 1: one line, nothing installed):
    sample of nodes recomputed by plain decoding (tree verification must equal it);
 4. calibrate (phases.py, graphs.py): `validate calibrate` on the trace, and one verify step's time
    against tokens and distinct experts, eager and replayed from a CUDA graph;
-5. run (phases.py): `validate run` with `ecospec`, `ar` and `confidence` on the trace and that
-   profile: lossless check, measured against simulated ms per token; the self-tuning policy
-   (`ecospec-auto`) is priced by the simulator only (`validate run` cannot run it live yet).
+5. run (phases.py): `validate run` with the self-tuning `ecospec-auto`, `ar` and `confidence` on
+   the trace and that profile: lossless check, measured against simulated ms per token.
 """
 
 from validate.devicecheck.check import run_check

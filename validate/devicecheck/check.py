@@ -139,7 +139,6 @@ def check_target(cfg: CheckConfig, name: str, share: float, summary: Summary, sa
         with summary.phase("run", label) as ph:
             tgt["run"] = r = phases.run_phase(model_dir, trace, profile, root / "run", plan, cfg.device, dtype,
                                               cfg.threads, clock)
-            tgt["auto"] = phases.simulated_auto(trace, profile)
             if not r["lossless"]:
                 ph.update(status="failed", why="a policy's tokens differ from plain greedy decoding")
 

@@ -8,7 +8,8 @@
 4. calibrate: `validate calibrate`'s own code (calibrate_pair) on subtrees of that trace, then the
    step-time table of graphs.py (eager and CUDA-graph step time against tokens and experts).
 5. run: `validate run`'s own code (run_validation) on that trace with that profile, the policies
-   `ar`, `confidence` and `ecospec` (run_policies), resumable into RUN.
+   `ecospec-auto` (the oracle predictor and raw values: what it can select with live), `ar` and
+   `confidence`, resumable into RUN.
 """
 
 from __future__ import annotations
@@ -125,7 +126,9 @@ def run_phase(model_dir: Path, trace_path: Path, profile: Path, out: Path, plan:
     from validate.choice import from_flags
     from validate.measure import RunConfig, run_validation
 
-    choice = from_flags("ecospec", {"budget": plan.budget, "lam": 0.25, "predictor": "oracle"})
+    # the self-tuning policy, as validate run can select with it live (oracle predictor, raw values),
+    # then ar and confidence
+    choice = from_flags("ecospec-auto", {"predictor": "oracle", "value": "raw"})
     cfg = RunConfig(model=str(model_dir), out=out, choice=choice, device=device, dtype=dtype, threads=threads,
                     repeats=plan.repeats, clock=clock_kind, hardware=profile, trace=trace_path, calib=CalibConfig(),
                     progress=False, command="validate device-check", force=True, **plan.tree)
@@ -137,23 +140,3 @@ def run_phase(model_dir: Path, trace_path: Path, profile: Path, out: Path, plan:
                           "tokens_per_step": p["tokens_per_step"], "draft_ms": p["draft_s"] * 1e3,
                           "verify_ms": p["verify_s"] * 1e3} for p in doc["policies"]],
             "warnings": doc["warnings"]}
-
-
-def simulated_auto(trace_path: Path, profile: Path) -> dict[str, Any]:
-    """The self-tuning policy (`ecospec-auto`) as the simulator prices it on this trace and profile.
-    `validate run` cannot decode with it live: it selects by the cost model, which the live selector
-    does not carry (live.Selector refuses such a policy), so only the simulated figure exists."""
-    from ecosim.catalog.devices import get_device
-    from ecosim.cost import CostConfig
-    from ecosim.placements import Hbm
-    from ecosim.policies import PolicySpec
-    from ecosim.replay import TraceReplay
-    from ecosim.simulate import cost_model
-    from ecosim.trace.io import read_trace
-
-    trace = read_trace(trace_path)
-    cost = cost_model(trace, get_device(str(profile)), Hbm(), CostConfig())
-    row = TraceReplay(trace).run(PolicySpec("ecospec-auto"), cost)
-    return {"label": "ecospec-auto", "simulated_ms_per_token": row.time_per_token_s * 1e3,
-            "measured_ms_per_token": None,
-            "why_not_measured": "validate run's live selector cannot select with a policy priced by the cost model yet"}

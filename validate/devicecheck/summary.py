@@ -10,8 +10,7 @@ summary.json:
   routing; the largest log-prob difference), `calibrate` (the fit: bandwidth bytes/s, compute
   FLOP/s, overhead and draft seconds, rms and worst relative error; `steps`: eager and CUDA-graph
   ms of one verify step against tokens and distinct experts), `run` (lossless, per policy measured
-  and simulated ms per token and the signed error in percent, mean and worst absolute error),
-  `auto` (the self-tuning policy, simulated only: phases.simulated_auto says why).
+  and simulated ms per token and the signed error in percent, mean and worst absolute error).
 summary.md says the same for a reader.
 """
 
@@ -130,8 +129,4 @@ def markdown(doc: dict[str, Any]) -> str:
             for p in run["policies"]:
                 lines.append(f"| {p['label']} | {p['measured_ms_per_token']:.4g} | {p['simulated_ms_per_token']:.4g} | "
                              f"{p['error_pct']:+.2f}% |")
-        a = t.get("auto")
-        if a:
-            lines += [f"| {a['label']} | not measured | {_f(a['simulated_ms_per_token'], '.4g')} | - |", "",
-                      f"{a['label']}: {a['why_not_measured']}."]
     return "\n".join(lines) + "\n"
