@@ -1,9 +1,10 @@
-"""The `validate` command line: `calibrate`, `run`, `report`.
+"""The `validate` command line: `calibrate`, `run`, `report`, `device-check`.
 
 Exit status of `validate run` and `validate report` (also in their --help and README):
 0 every check passed; 1 not lossless (one line names the first diverging position); 2 bad input
 (one line, ecosim.cli.run); 3 lossless, but a fidelity target was missed (one line names it);
-130 interrupted. `--no-fail` turns 3 into 0 (the table still says MISSED).
+130 interrupted. `--no-fail` turns 3 into 0 (the table still says MISSED). `validate device-check`:
+0 every phase passed; 1 a phase failed; 2 bad input or a missing environment (one line).
 """
 
 from __future__ import annotations
