@@ -193,13 +193,13 @@ def finish_calibration(cfg: RunConfig, pair: Pair, trace: Trace, cal: Calibratio
         from validate.drift import retimed
 
         given = json.loads(Path(cfg.hardware).read_text())
-        cost = cost_model(trace, get_device(str(cfg.hardware)), Hbm(), CostConfig())
-        doc = retimed(given, pair.shape, cal.samples, cost, str(Path(cfg.hardware).resolve()))
+        doc = retimed(given, pair.shape, cal.samples, max(cal.cfg.tokens), str(Path(cfg.hardware).resolve()))
         profile_path.write_text(json.dumps(doc, indent=1) + "\n")
         d = doc["calibration"]["drift"]
-        say(f"profile {cfg.hardware} re-timed on {d['anchor_runs']} verify and {d['anchor_drafts']} draft runs: this run "
-            f"verifies at x{d['verify_factor']:.3f} and drafts at x{d['draft_factor']:.3f} the stored times "
-            f"(RUN/profile.json; --no-retime prices with the stored profile as it is)")
+        say(f"profile {cfg.hardware} refitted on its {d['cases_kept']} cases of up to {d['most_tokens']} tokens and "
+            f"re-timed on {d['anchor_runs']} verify and {d['anchor_drafts']} draft runs: this run verifies at "
+            f"x{d['verify_factor']:.3f} and drafts at x{d['draft_factor']:.3f} the stored times (RUN/profile.json; "
+            "--no-retime prices with the stored profile as it is)")
         return profile_path
     doc = profile_of(pair, cal.cfg, cal.samples, cfg.clock)
     profile_path.write_text(json.dumps(doc, indent=1) + "\n")

@@ -62,8 +62,9 @@ def lines(doc: dict[str, Any]) -> list[str]:
                    f"{'wall-clock' if clock == 'wall' else clock + '-clock'} time: {'yes' if m['winner_faster_measured'] else 'NO'}")
     r = doc.get("profile_drift")
     if r:
-        out.append(f"profile: {r['given']} re-timed at this run's pace ({r['anchor_runs']} verify and {r['anchor_drafts']} "
-                   f"draft runs between the decoding rounds): verify x{r['verify_factor']:.3f}, draft x{r['draft_factor']:.3f}")
+        out.append(f"profile: {r['given']} refitted on its cases of up to {r['most_tokens']} tokens and re-timed at this "
+                   f"run's pace ({r['anchor_runs']} verify and {r['anchor_drafts']} draft runs between the decoding rounds): "
+                   f"verify x{r['verify_factor']:.3f}, draft x{r['draft_factor']:.3f}")
     d = doc.get("draft_step")
     if d:
         out.append(f"draft step: {d['measured_s'] * 1e3:.1f} ms measured (mean over the speculative policies' steps), "

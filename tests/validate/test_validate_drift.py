@@ -9,32 +9,34 @@ import numpy as np
 import pytest
 
 from ecosim.catalog.devices import get_device
-from ecosim.cost import CostConfig
-from ecosim.placements import Hbm
-from ecosim.simulate import cost_model
 from ecosim.trace.io import read_trace
 from validate.calibrate import Samples
-from validate.drift import factors, retimed
+from validate.drift import retimed
 
 RUN = Path(__file__).parent / "data" / "ecosim-tiny-x256-cpu-8p"
 
 
-def test_anchors_slower_by_a_tenth_scale_the_profile_by_a_tenth(tmp_path):
-    doc = json.loads((RUN / "profile.json").read_text())
-    trace = read_trace(RUN / "trace")
-    cost = cost_model(trace, get_device(str(RUN / "profile.json")), Hbm(), CostConfig())
-    # anchors: three of the profile's own cases, each measured 10% slower than it prices them; drafts 20% faster
-    cases = doc["calibration"]["cases"][:3]
+def _anchors(doc, shape, cases, factor):
+    """Anchor runs of `cases` measured `factor` x what the stored profile's own fit prices them at."""
+    from validate.calibrate import fit, predict
+    from validate.drift import stored_samples
+
+    local = fit(stored_samples(doc, None), shape, doc["calibration"]["fit"]["overlap"])
     anchors = Samples()
     for i, c in enumerate(cases):
-        u = np.array([c["union_per_layer"]], dtype=np.float64)
-        t = float(cost.step_times(u, np.array([c["tokens"]]), np.array([c["context"]]), speculative=False)[0])
+        t = float(predict(local, shape, np.array([c["tokens"]]), np.array([c["union_per_layer"]]), np.array([c["context"]]))[0])
         for _ in range(2):
             anchors.case.append(i); anchors.kinds.append(c["kind"]); anchors.tokens.append(c["tokens"])
-            anchors.unions.append(c["union_per_layer"]); anchors.contexts.append(c["context"]); anchors.seconds.append(1.1 * t)
-    anchors.draft_seconds = [0.8 * doc["draft_time_s"]] * 3
-    assert factors(anchors, cost, doc["draft_time_s"]) == pytest.approx((1.1, 0.8))
-    new = retimed(doc, trace.model, anchors, cost, "given.json")
+            anchors.unions.append(c["union_per_layer"]); anchors.contexts.append(c["context"]); anchors.seconds.append(factor * t)
+    return anchors
+
+
+def test_anchors_slower_by_a_tenth_scale_the_profile_by_a_tenth(tmp_path):
+    doc = json.loads((RUN / "profile.json").read_text())
+    shape = read_trace(RUN / "trace").model
+    anchors = _anchors(doc, shape, doc["calibration"]["cases"][:3], 1.1)  # 10% slower than the profile prices them
+    anchors.draft_seconds = [0.8 * doc["draft_time_s"]] * 3  # drafts 20% faster
+    new = retimed(doc, shape, anchors, None, "given.json")  # every stored case kept
     # least squares weighted by 1/t is scale-equivariant: the same fit, every time 1.1 x longer
     assert new["hbm_bw"] == pytest.approx(doc["hbm_bw"] / 1.1, rel=1e-9)
     assert new["peak_bf16"] == pytest.approx(doc["peak_bf16"] / 1.1, rel=1e-9)
@@ -43,11 +45,26 @@ def test_anchors_slower_by_a_tenth_scale_the_profile_by_a_tenth(tmp_path):
     assert new["calibration"]["fit"]["rel_rmse"] == pytest.approx(doc["calibration"]["fit"]["rel_rmse"], rel=1e-9)
     d = new["calibration"]["drift"]
     assert d["given"] == "given.json" and (d["anchor_cases"], d["anchor_runs"], d["anchor_drafts"]) == (3, 6, 3)
+    assert (d["verify_factor"], d["draft_factor"]) == (pytest.approx(1.1), pytest.approx(0.8))
     assert [c["median_s"] for c in new["calibration"]["cases"]] == pytest.approx(
         [1.1 * c["median_s"] for c in doc["calibration"]["cases"]])
-    # what ecosim reads from it: the same device, 1.1 x slower
-    (tmp_path / "p.json").write_text(json.dumps(new))
+    (tmp_path / "p.json").write_text(json.dumps(new))  # what ecosim reads from it: the same device, 1.1 x slower
     assert get_device(str(tmp_path / "p.json")).hbm_bw == pytest.approx(doc["hbm_bw"] / 1.1, rel=1e-9)
+
+
+def test_the_refit_keeps_the_sizes_the_run_verifies():
+    doc = json.loads((RUN / "profile.json").read_text())
+    shape = read_trace(RUN / "trace").model
+    anchors = _anchors(doc, shape, doc["calibration"]["cases"][:3], 1.0)
+    anchors.draft_seconds = [doc["draft_time_s"]]
+    new = retimed(doc, shape, anchors, 5, "given.json")
+    # 1 token: 4 roots, 2 to 4 tokens: 4 growth rules each; at 2 contexts: (4 + 3 x 4) x 2 = 32 of the 80 cases
+    d = new["calibration"]["drift"]
+    assert (d["most_tokens"], d["cases_kept"], d["cases_stored"]) == (5, 32, 80)
+    assert {c["tokens"] for c in new["calibration"]["cases"]} == {1, 2, 3, 4}
+    assert new["calibration"]["fit"]["rel_rmse"] < doc["calibration"]["fit"]["rel_rmse"]  # a local line fits closer
+    # fewer than three stored cases that small: every case is kept
+    assert retimed(doc, shape, anchors, 0, "given.json")["calibration"]["drift"]["cases_kept"] == 80
 
 
 def test_run_with_a_stored_profile_prices_with_it_retimed(tmp_path, tiny_pair_dir, prompts_path, capsys):
@@ -64,7 +81,7 @@ def test_run_with_a_stored_profile_prices_with_it_retimed(tmp_path, tiny_pair_di
               "--no-fail", *tree]
     assert main([*common, "--out", str(tmp_path / "a")]) == 0
     out = capsys.readouterr()
-    assert "re-timed on" in out.err and "re-timed at this run's pace" in out.out
+    assert "re-timed on" in out.err and "re-timed at this run's pace" in " ".join(out.out.split())  # (wrapped at 160)
     doc = json.loads((tmp_path / "a" / "profile.json").read_text())
     d = doc["calibration"]["drift"]
     assert d["given"] == str(prof.resolve()) and d["verify_factor"] > 0 and d["anchor_runs"] == 2 * d["anchor_cases"]
