@@ -98,6 +98,9 @@ TIMELINE = OutputKind("a timeline (Chrome trace JSON)", False, _is_timeline)
 VALIDATE_RUN = OutputKind("a validate run", True,
                           lambda p: (p / "measured.json").is_file() or (p / "trace" / "manifest.json").is_file()
                           or (p / RUN_MARKER).is_file())
+DEVICE_CHECK = OutputKind("a device check", True,
+                          lambda p: (p / "summary.json").is_file() and (_json(p / "summary.json") or {}).get("schema")
+                          == "validate-device-check")
 COMPARISON = OutputKind("a comparison folder", True,
                         lambda p: (p / "comparison.json").is_file() or (p / "comparison.parquet").is_file()
                         or (p / "measured.json").is_file(),

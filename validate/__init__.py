@@ -3,6 +3,7 @@
     validate calibrate --model DIR --out profile.json          # measure the hardware as cost.py needs it
     validate run --winner sweep/winner.json --model DIR --prompts FILE --out RUN
     validate report RUN [--out DIR]                             # the table; comparison.{json,parquet} in RUN or DIR
+    validate device-check --device cuda --out DIR               # the GPU half in one command (devicecheck/)
 
 One module per job:
 
@@ -20,6 +21,10 @@ One module per job:
 - `run_config`: what `validate run` takes, checked before anything is loaded or written.
 - `measure`: the whole `validate run`, a function per phase: record a trace on the spot, decode
   with each policy, check losslessness, write the measurements.
+- `parts`: what a run has committed (RUN/parts/), so the same command continues it.
+- `drift`: a stored profile brought to the run's pace by anchors re-timed between its rounds.
+- `devicecheck`: `validate device-check`, a package: environment, targets, plan, phases, graphs,
+  summary, check (the phases in order).
 - `compare`: the simulator's prediction for the same trace and profile against the measurement;
   every figure it writes is defined in its docstring.
 - `report`: the comparison as a table and the lines that say whether the targets are met.

@@ -1,9 +1,10 @@
-"""The `validate` command line: `calibrate`, `run`, `report`.
+"""The `validate` command line: `calibrate`, `run`, `report`, `device-check`.
 
 Exit status of `validate run` and `validate report` (also in their --help and README):
 0 every check passed; 1 not lossless (one line names the first diverging position); 2 bad input
 (one line, ecosim.cli.run); 3 lossless, but a fidelity target was missed (one line names it);
-130 interrupted. `--no-fail` turns 3 into 0 (the table still says MISSED).
+130 interrupted. `--no-fail` turns 3 into 0 (the table still says MISSED). `validate device-check`:
+0 every phase passed; 1 a phase failed; 2 bad input or a missing environment (one line).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from typing import Annotated
 
 import typer
 
-from ecosim.cli import make_app, run, wide_console
+from ecosim.cli import interrupted, make_app, run, wide_console
 from ecosim.cli.adapter import knob_options, with_options
-from ecosim.errors import EcoSimError
+from ecosim.errors import EcoSimError, Interrupted
 from ecosim.outputs import COMPARISON, PROFILE, check_output
 from ecosim.policies import registry
 from ecosim.tree_config import TREE, TreeShape
 from validate.calibrate.config import CalibConfig
+from validate.devicecheck.config import FULL_TARGETS, CheckConfig
 
 CALIB = CalibConfig()  # the defaults of `validate calibrate` and of the on-the-spot calibration
 
@@ -36,8 +38,10 @@ Dtype = Annotated[str, typer.Option(help="auto (the checkpoint's), float32, bflo
 Attn = Annotated[str, typer.Option(help="Attention implementation: auto, eager or sdpa.")]
 Threads = Annotated[int | None, typer.Option(min=1, max=4096, help="torch CPU threads; calibrate and run with the same number.")]
 Overlap = Annotated[str, typer.Option(help="How the profile combines memory and compute time: sum, max, or auto (sum on cpu, max on cuda).")]
-ClockOpt = Annotated[str, typer.Option("--clock", help="wall: perf_counter, device synchronised (default); cpu: the thread's CPU time, "
-                                                       "for a CPU shared with other jobs (--device cpu --threads 1 only).")]
+ClockOpt = Annotated[str, typer.Option("--clock", help="auto (default): cpu on --device cpu with --threads 1, else wall; "
+                                                       "wall: perf_counter, device synchronised; cpu: the thread's CPU time, "
+                                                       "which leaves out waiting to be scheduled on a CPU shared with other "
+                                                       "jobs (--device cpu --threads 1 only).")]
 
 
 def _ints(text: str, name: str) -> tuple[int, ...]:
@@ -95,18 +99,19 @@ def calibrate(
     budget: Annotated[int, typer.Option(min=0, max=32766, help=CalibConfig.help("budget"))] = CALIB.budget,
     overlap: Overlap = "auto",
     seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help=CalibConfig.help("seed"))] = CALIB.seed,
-    clock: ClockOpt = "wall",
+    clock: ClockOpt = "auto",
     prompts: Annotated[list[Path] | None, typer.Option(help="Prompt files (JSON Lines) whose text the contexts and draft roots are "
                                                             "cut from (default: the --trace's text, else random tokens).")] = None,
     trace: Annotated[Path | None, typer.Option(help="A trace recorded from this model: the verify cases become subtrees of its trees "
                                                     "with their recorded routing (default: a grid of tokens x expert unions).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a profile already at --out (any other file is never replaced).")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress (a bar in a terminal, else a line at every tenth of the runs).")] = False,
 ) -> None:
     """Measure this device as ecosim's cost model needs it: fit bandwidth, compute, overhead and draft time."""
     from tracer.pair import load_pair
     from validate.calibrate import HUGE
     from validate.calibrate.pair import calibrate_pair
-    from validate.clock import make_clock
+    from validate.clock import make_clock, resolve_clock
     from validate.run_config import check_one_device
 
     cfg = CalibConfig(tokens=_ints(tokens, "--tokens"), levels=levels, contexts=_ints(contexts, "--contexts"), repeats=repeats,
@@ -115,6 +120,8 @@ def calibrate(
     check_output(out, PROFILE, force=force)
     check_one_device(device)
     _threads(threads)
+    clock = resolve_clock(clock, device, threads)
+    clk = make_clock(clock, device)  # a bad --clock fails before the model is loaded
     pair = load_pair(model, draft, dtype=dtype, device=device, attn=attn)
     text = None
     if prompts:
@@ -128,7 +135,15 @@ def calibrate(
 
         recorded = read_trace(trace)
         check_same_model(pair, recorded)
-    doc = calibrate_pair(pair, cfg, make_clock(clock, pair.target.device), clock, text=text, trace=recorded)
+    from validate.calibrate.pair import design_for
+    from validate.calibrate.progress import calibration_progress
+
+    cases = len(design_for(cfg, pair, recorded))
+    runs = cases * len(cfg.contexts) * cfg.repeats
+    what = (f"{cases} verify cases x {len(cfg.contexts)} contexts x {cfg.repeats} repeats, each of more than one token "
+            "after a timed draft step")
+    with calibration_progress(runs, what, not quiet) as tick:
+        doc = calibrate_pair(pair, cfg, clk, clock, progress=tick, text=text, trace=recorded)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")
     f = doc["calibration"]["fit"]
@@ -194,20 +209,26 @@ def run_cmd(
     hardware: Annotated[Path | None, typer.Option(help="A profile from `validate calibrate` (default: calibrate on the spot).")] = None,
     trace: Annotated[Path | None, typer.Option(help="Use this recorded trace instead of recording one (its prompts and tree options are used).")] = None,
     calib_repeats: Annotated[int, typer.Option(min=1, max=100_000, help="On-the-spot calibration: runs of each case.")] = 8,
+    retime: Annotated[bool, typer.Option("--retime/--no-retime", help="With --hardware: re-time a few of the on-the-spot "
+                                         "design's cases between the decoding rounds and scale the stored profile to this "
+                                         "run's pace (RUN/profile.json), so the machine's drift since calibration cancels.")] = True,
+    retime_repeats: Annotated[int, typer.Option(min=1, max=100_000, help="With --hardware: runs of each re-timed case.")] = 2,
     calib_tokens: Annotated[str, typer.Option(help="On-the-spot calibration: tokens per verify forward (those up to the largest "
                                                    "budget + 1 are kept, and that size is added).")] = _csv(CALIB.tokens),
     calib_contexts: Annotated[str | None, typer.Option(help="On-the-spot calibration: context lengths (default: the trace's shortest and longest).")] = None,
     overlap: Overlap = "auto",
-    clock: ClockOpt = "wall",
+    clock: ClockOpt = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress messages.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Replace a validate run already in --out (any other folder is never written into).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Start again in --out, replacing the validate run there (without it, the same command "
+                                                    "continues an interrupted run; any other folder is never written into).")] = False,
     no_fail: NoFail = False,
 ) -> None:
     """Speculative decoding for real with the winner, ar and confidence; measure, check losslessness, compare.
 
     Exit status: 0 every check passed; 1 not lossless; 2 bad input; 3 a fidelity target missed
     (mean or worst error, ranking, winner faster than confidence); 130 interrupted. --no-fail
-    turns 3 into 0.
+    turns 3 into 0. Work is committed as each request's round ends (RUN/parts/): rerunning the
+    same command after an interruption continues it.
     """
     from validate.choice import from_flags, read_winner
     from validate.measure import RunConfig, command_line, run_validation
@@ -223,6 +244,9 @@ def run_cmd(
             raise EcoSimError(f"{flags} go with --policy")
         raise EcoSimError("say which policy to validate: --winner FILE or --policy NAME")
     choice = read_winner(winner, entry) if winner is not None else from_flags(policy, knobs)  # type: ignore[arg-type]
+    from validate.clock import resolve_clock
+
+    clock = resolve_clock(clock, device, threads)
     contexts = _ints(calib_contexts, "--calib-contexts") if calib_contexts else None
     calib = CalibConfig(tokens=_ints(calib_tokens, "--calib-tokens"), repeats=calib_repeats, overlap=_overlap(overlap, device),
                         **({"contexts": contexts} if contexts else {}))
@@ -230,11 +254,60 @@ def run_cmd(
     cfg = RunConfig(model=model, out=out, choice=choice, prompts=list(prompts or []), draft=draft, device=device, dtype=dtype,
                     attn=attn, threads=threads, max_new_tokens=max_new_tokens, max_prompts=max_prompts, depth=depth, topk=topk,
                     max_nodes=max_nodes, repeats=repeats, clock=clock, hardware=hardware, trace=trace, calib=calib, progress=not quiet,
-                    command=command_line(sys.argv[1:]), contexts_from_trace=contexts is None, force=force)
+                    command=command_line(sys.argv[1:]), contexts_from_trace=contexts is None, force=force, retime=retime,
+                    retime_repeats=retime_repeats)
     say = (lambda msg: None) if quiet else None
-    doc = run_validation(cfg, say)
+    try:
+        doc = run_validation(cfg, say)
+    except Interrupted as e:  # says what was committed and that the same command continues
+        interrupted("validate", str(e))
     render(doc, wide_console())
     _exit_on_failed_checks(doc, no_fail)
+
+
+@app.command("device-check")
+def device_check(
+    device: Annotated[str, typer.Option("--device", help=CheckConfig.help("device"))] = "cuda",
+    out: Annotated[Path, typer.Option(help=CheckConfig.help("out"))] = Path("device-check"),
+    small: Annotated[bool, typer.Option("--small", help=CheckConfig.help("small"))] = False,
+    budget_s: Annotated[float, typer.Option("--budget-s", help=CheckConfig.help("budget_s"))] = 420.0,
+    targets: Annotated[str, typer.Option(help=CheckConfig.help("targets"))] = ",".join(FULL_TARGETS),
+    layers: Annotated[int, typer.Option(help=CheckConfig.help("layers"))] = 2,
+    dtype: Annotated[str, typer.Option(help=CheckConfig.help("dtype"))] = "auto",
+    prompts: Annotated[int, typer.Option(help=CheckConfig.help("prompts"))] = 4,
+    tokens: Annotated[int, typer.Option(help=CheckConfig.help("tokens"))] = 32,
+    sample: Annotated[int, typer.Option(help=CheckConfig.help("sample"))] = 16,
+    threads: Annotated[int | None, typer.Option(help=CheckConfig.help("threads"))] = None,
+    seed: Annotated[int, typer.Option(help=CheckConfig.help("seed"))] = 0,
+    force: Annotated[bool, typer.Option("--force", help=CheckConfig.help("force"))] = False,
+) -> None:
+    """Prove the GPU half in one command: build real-sized targets, record, recompute, calibrate, validate.
+
+    Writes OUT/summary.json and OUT/summary.md as each phase ends. Exit status: 0 every phase
+    passed; 1 a phase failed (the summary says which and why); 2 bad input, or the environment
+    lacks something (one line: torch without CUDA, no device, too little memory); 130 interrupted.
+    """
+    from validate.devicecheck.check import main_line, run_check, say_stderr
+
+    cfg = CheckConfig(device=device, out=out, small=small, budget_s=budget_s,
+                      targets=tuple(t.strip() for t in targets.split(",") if t.strip()), layers=layers, dtype=dtype,
+                      prompts=prompts, tokens=tokens, sample=sample, threads=threads, seed=seed, force=force)
+    print(f"validate device-check: device {cfg.device}, out {cfg.out}, small {cfg.small}, budget {cfg.budget_s:g} s, "
+          f"targets {','.join(cfg.targets)}")
+    try:
+        doc = run_check(cfg, command_line_of(sys.argv[1:]), say_stderr)
+    except KeyboardInterrupt:
+        interrupted("validate", f"interrupted; what the finished phases measured is in {out}/summary.json")
+    print(main_line(doc))
+    print(f"wrote {out / 'summary.json'} and {out / 'summary.md'}")
+    if not doc["passed"]:
+        raise typer.Exit(1)
+
+
+def command_line_of(argv: list[str]) -> str:
+    import shlex
+
+    return shlex.join(["validate", *argv])
 
 
 def missed_targets(doc: dict) -> list[str]:

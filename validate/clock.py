@@ -44,7 +44,16 @@ class ThreadClock:
         return time.thread_time()
 
 
-CLOCKS = ("wall", "cpu")
+CLOCKS = ("auto", "wall", "cpu")
+
+
+def resolve_clock(kind: str, device: str, threads: int | None) -> str:
+    """`auto` (the commands' default): `cpu` on a CPU device with one torch thread, where a machine
+    shared with other jobs would otherwise put the scheduler's waits into every timing (and into a
+    calibration and a run made at different moments differently), else `wall`; other kinds as given."""
+    if kind != "auto":
+        return kind
+    return "cpu" if str(device) == "cpu" and threads == 1 else "wall"
 
 
 def make_clock(kind: str, device: Any) -> Clock:
@@ -53,6 +62,8 @@ def make_clock(kind: str, device: Any) -> Clock:
 
     from ecosim.errors import EcoSimError
 
+    if kind == "auto":
+        kind = resolve_clock(kind, str(device), torch.get_num_threads())
     if kind == "wall":
         return WallClock(device)
     if kind != "cpu":

@@ -38,6 +38,11 @@ Across policies:
 - winner_margin: confidence's time per token / the winner's - 1, in percent, measured and simulated
   (positive: the winner is faster); margin_error_pp = simulated - measured, in percentage points.
 - lossless: every policy's tokens, in every repeat, equal plain greedy decoding's.
+- profile_drift: where the run re-timed a stored profile (validate/drift.py), the given profile and
+  the factors it was scaled by (verify_factor, draft_factor: this run's times over the stored ones).
+- draft_step: a draft step's cost, the one figure the docs quote: `measured_s`, the mean draft
+  phase over every step of the speculative policies, and `profile_s`, the profile's draft time
+  (what the simulator charges each speculative step); None without a speculative policy.
 
 `steps` lists every measured step: policy, request, pos, experts (and union, per layer), tokens,
 verified, bytes (expert + dense + KV bytes the cost model counts), the measured phases, measured_s
@@ -215,6 +220,10 @@ def compare_run(run_dir: Path, hardware: str | None = None, out: Path | None = N
         margin = {"winner": winner["label"], "versus": conf["label"], "measured_pct": mm, "simulated_pct": sm,
                   "margin_error_pp": sm - mm, "winner_faster_measured": mm > 0, "winner_faster_simulated": sm > 0}
     mae, worst = float(errs.mean()), float(errs.max())
+    spec = [p for p in policies if p["simulated_draft_s"] > 0]
+    draft_step = None if not spec else {
+        "measured_s": sum(p["draft_s"] * p["steps"] for p in spec) / sum(p["steps"] for p in spec),
+        "profile_s": spec[0]["simulated_draft_s"]}
     doc = {
         "schema": "validate-comparison", "version": 1,
         "lossless": bool(measured["lossless"]),
@@ -225,6 +234,7 @@ def compare_run(run_dir: Path, hardware: str | None = None, out: Path | None = N
         "mae_pct": mae, "worst_pct": worst,
         "ranking_preserved": by_meas == by_sim, "ranking_measured": by_meas, "ranking_simulated": by_sim,
         "winner_margin": margin,
+        "draft_step": draft_step,
         "targets": {
             "mae_pct": {"target": TARGETS["mae_pct"], "value": mae, "met": mae <= TARGETS["mae_pct"]},
             "worst_pct": {"target": TARGETS["worst_pct"], "value": worst, "met": worst <= TARGETS["worst_pct"]},
@@ -233,6 +243,7 @@ def compare_run(run_dir: Path, hardware: str | None = None, out: Path | None = N
         },
         "device": device.name, "hardware": {**device.to_dict(), "profile": str(profile_path)},
         "profile_environment": profile_doc.get("calibration", {}).get("environment"),
+        "profile_drift": profile_doc.get("calibration", {}).get("drift"),
         "measured_environment": measured.get("environment"),
         "model": measured["model"], "model_ref": measured.get("model_ref"), "draft": measured.get("draft"),
         "trace": str(trace.path), "trace_synthetic": trace.synthetic, "repeats": measured.get("repeats"),

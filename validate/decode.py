@@ -227,6 +227,7 @@ class SpecDecoder:
             dr.reset()
             dr.extend(ids)
         manifest = selector.manifest(rid, prompt)
+        selector.begin(rid)
         out: list[int] = []
         steps: list[Step] = []
         pending: list[int] = []

@@ -12,6 +12,11 @@ the same (request, position), node by node along equal token paths. A live node 
 lacks (the live draft can differ from the recorded one by float noise) makes the lookup fail; the
 caller then peeks (an untimed forward of the whole live tree) instead.
 
+A policy that selects by the cost model (`ecospec-auto`) gets the run's profile as its pricing and
+the running rate carried from step to step (reset at the trace's first request, as the simulator
+carries it along the trace); it runs live with the oracle predictor and raw values only, since its
+calibrated values and a fitted predictor's union scale are fitted over a whole trace, not a live tree.
+
 Predictors by kind (`freq`, `token`, `context`) are fitted as the simulator fits them
 (ecosim.predictors.kfold): the recorded trace's requests dealt into folds, a request predicted by
 the model of the other folds; predictor files are used as they are.
@@ -26,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ecosim.catalog.models import ModelShape
+from ecosim.cost import CostModel
 from ecosim.errors import EcoSimError
 from ecosim.policies import Context, PolicySpec
 from ecosim.predictors import ExpertPredictor, KINDS, get_predictor, reads_routing
@@ -113,12 +119,21 @@ class Selector:
     """One policy, applied to live trees; `needs_true_experts` for a predictor that reads the routing (oracle)."""
 
     def __init__(self, spec: PolicySpec, shape: ModelShape, recorded: Trace | None = None,
-                 predictor: ExpertPredictor | None = None):
+                 predictor: ExpertPredictor | None = None, cost: CostModel | None = None):
         if spec.policy.is_bound:
             raise EcoSimError(f"{spec.name} is a bound, not a policy: it cannot be run")
         if spec.policy.priced:
-            raise EcoSimError(f"{spec.name} selects by the cost model, which a live run does not have")
-        self.spec, self.shape = spec, shape
+            if cost is None:
+                raise EcoSimError(f"{spec.name} selects by the cost model: give the run the profile it prices with "
+                                  "(--hardware)")
+            if spec.values.get("value") == "calibrated" or not reads_routing(spec.predictor):
+                raise EcoSimError(f"{spec.name} runs live with --value raw and the oracle predictor only (its calibrated "
+                                  "values and a fitted predictor's union scale are fitted per trace, not per live tree)")
+        self.spec, self.shape, self.cost = spec, shape, cost
+        # a priced policy's running rate (expected tokens, seconds), carried along the steps as the
+        # simulator carries it along the trace: from zero at the trace's first request
+        self.rate = np.zeros(2)
+        self.first_request = int(recorded.manifest["requests"][0]["request_id"]) if recorded is not None else None
         self.width = shape.num_moe_layers * shape.top_k
         self.manifest_model = shape.to_manifest()
         self.needs_true_experts = reads_routing(spec.predictor)
@@ -161,6 +176,11 @@ class Selector:
                 "requests": [{"request_id": rid, "task": "live", "prompt_ids": list(prompt_ids), "positions": 2}],
                 "recorded_on": {}}
 
+    def begin(self, rid: int) -> None:
+        """A request starts: the running rate starts again at the trace's first request (a new pass)."""
+        if rid == self.first_request:
+            self.rate[:] = 0.0
+
     def true_experts(self, rid: int, pos: int, tokens: np.ndarray, parents: np.ndarray) -> np.ndarray | None:
         return self.lookup.experts(rid, pos, tokens, parents) if self.lookup is not None else None
 
@@ -187,8 +207,9 @@ class Selector:
                 raise EcoSimError(f"request {rid} is not in the recorded trace the predictor was fitted on")
             return model.predict(trace)
 
-        kept: dict = {}
+        kept: dict = {("running rate",): self.rate} if spec.policy.priced else {}
         ctx = Context(Trees(trace), self.shape, predicted, lambda name: self.predictor or get_predictor(name),
-                      lambda key, make: kept[key] if key in kept else kept.setdefault(key, make()))
+                      lambda key, make: kept[key] if key in kept else kept.setdefault(key, make()),
+                      cost=self.cost if spec.policy.priced else None)
         sel = spec.policy.selection(ctx, spec.values)
         return np.asarray(sel[len(sel) - n:], dtype=bool)

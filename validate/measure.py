@@ -14,6 +14,10 @@
 5. check losslessness: each policy's tokens, in every repeat, against the reference (the first
    diverging position is reported); the recorded trace's tokens too;
 6. write RUN/measured.json and RUN/steps.parquet, then compare (compare.py).
+
+Each piece of work is committed under RUN/parts/ as it ends (the trace, the reference, every
+request's round of decodes, the calibration's runs so far: parts.py), so rerunning the same
+command after an interruption continues where it stopped.
 """
 
 from __future__ import annotations
@@ -30,6 +34,11 @@ import numpy as np
 import polars as pl
 import torch
 
+from ecosim.catalog.devices import get_device
+from ecosim.cost import CostConfig
+from ecosim.errors import Interrupted
+from ecosim.placements import Hbm
+from ecosim.simulate import cost_model
 from ecosim.outputs import RUN_MARKER
 from ecosim.trace.io import Trace, read_trace
 from tracer.pair import Pair, load_pair
@@ -39,6 +48,7 @@ from validate.choice import spec_dict
 from validate.clock import Clock, make_clock
 from validate.decode import Decoded, SpecDecoder, Step, greedy
 from validate.live import Selector
+from validate.parts import Parts
 from validate.recorded import (
     TraceOptions, check_same_model, prompt_ids, record, trace_text, trace_tokens, tree_options,
 )
@@ -80,83 +90,118 @@ def _median_steps(runs: list[Decoded]) -> tuple[list[Step], list[list[float]], b
 # ----------------------------------------------------------------------------------------- phases
 
 
-def obtain_trace(cfg: RunConfig, say: Say) -> tuple[Path, Trace]:
+def obtain_trace(cfg: RunConfig, parts: Parts, say: Say) -> tuple[Path, Trace]:
     """Phase 1: the trace the simulator will predict from, recorded now from the prompts (so the
-    measurement and the prediction describe the same requests) or the one given with --trace."""
-    if cfg.trace is None:
+    measurement and the prediction describe the same requests) or the one given with --trace;
+    a rerun takes the one it recorded before."""
+    trace_path = cfg.trace or parts.trace()
+    if trace_path is None:
         say(f"recording the trace of the prompts into {cfg.out / 'trace'}")
         trace_path = record(cfg)
-    else:
-        trace_path = cfg.trace
+        parts.save_trace(trace_path)
     return trace_path, read_trace(trace_path)
 
 
 def start_calibration(cfg: RunConfig, pair: Pair, trace: Trace, opts: TraceOptions, clock: Clock,
                       say: Say) -> Calibration | None:
-    """Phase 2 (without --hardware): an on-the-spot calibration of the subtree sizes the policies
+    """Phase 2: without --hardware, an on-the-spot calibration of the subtree sizes the policies
     verify (1 to the largest budget + 1), at the trace's contexts, so that the fit is local to the
-    steps it must price. It runs later, a slice between decoding rounds, so that calibration and
-    measurement meet the same load from other processes."""
-    if cfg.hardware is not None:
+    steps it must price; with --hardware, the same design at `retime_repeats` runs a case, the
+    anchors that bring the stored profile to this run's pace (drift.py). It runs later, a slice
+    between decoding rounds, so that calibration and measurement meet the same load from other
+    processes."""
+    if cfg.hardware is not None and not cfg.retime:
         return None
     tree = opts.tree
-    budget = max([s.budget for s in cfg.choice.policies if s.speculative], default=0)
+    budget = max([s.budget if s.budget is not None else tree.max_nodes for s in cfg.choice.policies if s.speculative],
+                 default=0)  # a policy without a budget may verify the whole tree
     most = min(budget, tree.max_nodes) + 1  # the largest subtree any of the policies verifies
     calib = replace(cfg.calib, depth=tree.depth, topk=tree.topk, max_nodes=tree.max_nodes, budget=max(budget, 1),
                     tokens=tuple(sorted({t for t in cfg.calib.tokens if t <= most} | {most})))
     if cfg.contexts_from_trace and len(trace.positions["context_len"]):
         ctx = trace.positions["context_len"]
         calib = replace(calib, contexts=tuple(sorted({int(ctx.min()), int(ctx.max())})))
+    if cfg.hardware is not None:
+        calib = replace(calib, repeats=cfg.retime_repeats)
     cal = Calibration(bench_for(pair, calib, trace_text(trace)), clock, calib, design_for(calib, pair, trace))
-    say(f"calibrating on the spot: {cal.remaining} timed verify runs (each of several tokens after a timed draft step), "
+    what = "re-timing the profile at this run's pace" if cfg.hardware is not None else "calibrating on the spot"
+    say(f"{what}: {cal.remaining} timed verify runs (each of several tokens after a timed draft step), "
         "spread between the decoding rounds")
     return cal
 
 
 def decode_all(cfg: RunConfig, pair: Pair, trace: Trace, opts: TraceOptions, prompts: dict[int, list[int]],
-               clock: Clock, cal: Calibration | None, say: Say) -> Runs:
+               clock: Clock, cal: Calibration | None, say: Say, parts: Parts) -> Runs:
     """Phase 4: every prompt with every policy, `repeats` times, interleaved (repeat -> request ->
     policy) so that load from other processes falls on all policies alike; the garbage collector
-    runs between requests, never inside a timed decode; after each round, a slice of `cal`."""
+    runs between requests, never inside a timed decode; after each round, a slice of `cal`. Each
+    round is committed as it ends; the rounds a rerun finds committed are taken, not decoded."""
     tree, max_new, stop = opts.tree, opts.max_new_tokens, opts.stop_at_eos
     policies = cfg.choice.policies
-    selectors = [Selector(s, pair.shape, trace) for s in policies]
+    # a policy that selects by the cost model prices with the profile given (before any re-timing)
+    cost = cost_model(trace, get_device(str(cfg.hardware)), Hbm(), CostConfig()) if cfg.hardware is not None else None
+    selectors = [Selector(s, pair.shape, trace, cost=cost) for s in policies]
     dec = SpecDecoder(pair, clock, tree.depth, tree.topk, tree.max_nodes, max_new, stop)
     warm = SpecDecoder(pair, clock, tree.depth, tree.topk, tree.max_nodes, min(max_new, 4), stop)
-    first = next(iter(prompts))
-    for sel in selectors:  # first use of each policy's code paths, untimed
-        warm.decode(sel, first, prompts[first])
     runs: Runs = {}
-    say(f"decoding {len(prompts)} requests x {len(policies)} policies x {cfg.repeats} repeats")
-    gc_was = gc.isenabled()
     rounds, done = cfg.repeats * len(prompts), 0
+    before = parts.rounds_done()
+    first = next(iter(prompts))
+    for sel in selectors if before < rounds else ():  # first use of each policy's code paths, untimed
+        warm.decode(sel, first, prompts[first])
+    say(f"decoding {len(prompts)} requests x {len(policies)} policies x {cfg.repeats} repeats"
+        + (f" ({before} of {rounds} request rounds committed before: continuing)" if before else ""))
+    if cal is not None:
+        parts.restore_calibration(cal)
+    gc_was = gc.isenabled()
     try:
         for rep in range(cfg.repeats):
             for rid, p in prompts.items():
+                done += 1
+                kept = parts.round(rep, rid, len(selectors))
+                if kept is not None:
+                    for j, d in enumerate(kept):
+                        runs.setdefault((j, rid), []).append(d)
+                    continue
                 gc.collect()
                 gc.disable()
-                for j, sel in enumerate(selectors):
-                    runs.setdefault((j, rid), []).append(dec.decode(sel, rid, p))
+                decodes = [dec.decode(sel, rid, p) for sel in selectors]
                 if gc_was:
                     gc.enable()
-                done += 1
+                for j, d in enumerate(decodes):
+                    runs.setdefault((j, rid), []).append(d)
                 if cal is not None:
                     cal.step(-(-cal.remaining // (rounds - done + 1)))
+                    parts.save_calibration(cal)
+                parts.commit_round(rep, rid, decodes)
     finally:
         if gc_was:
             gc.enable()
     return runs
 
 
-def finish_calibration(cfg: RunConfig, pair: Pair, cal: Calibration | None, say: Say) -> Path:
-    """Phase 4, end: run what is left of the calibration, fit it and write RUN/profile.json (or
-    take --hardware); the profile the comparison prices the trace with."""
+def finish_calibration(cfg: RunConfig, pair: Pair, trace: Trace, cal: Calibration | None, say: Say) -> Path:
+    """Phase 4, end: run what is left of the calibration, fit it and write RUN/profile.json (with
+    --hardware: the stored profile re-timed, drift.py; with --no-retime: the stored profile
+    itself); the profile the comparison prices the trace with."""
     if cal is None:
         return cfg.hardware  # type: ignore[return-value]
     cal.step()
     cal.bench.close()  # type: ignore[attr-defined]
-    doc = profile_of(pair, cal.cfg, cal.samples, cfg.clock)
     profile_path = cfg.out / "profile.json"
+    if cfg.hardware is not None:
+        from validate.drift import retimed
+
+        given = json.loads(Path(cfg.hardware).read_text())
+        doc = retimed(given, pair.shape, cal.samples, max(cal.cfg.tokens), str(Path(cfg.hardware).resolve()))
+        profile_path.write_text(json.dumps(doc, indent=1) + "\n")
+        d = doc["calibration"]["drift"]
+        say(f"profile {cfg.hardware} refitted on its {d['cases_kept']} cases of up to {d['most_tokens']} tokens and "
+            f"re-timed on {d['anchor_runs']} verify and {d['anchor_drafts']} draft runs: this run verifies at "
+            f"x{d['verify_factor']:.3f} and drafts at x{d['draft_factor']:.3f} the stored times (RUN/profile.json; "
+            "--no-retime prices with the stored profile as it is)")
+        return profile_path
+    doc = profile_of(pair, cal.cfg, cal.samples, cfg.clock)
     profile_path.write_text(json.dumps(doc, indent=1) + "\n")
     f = doc["calibration"]["fit"]
     say(f"profile: {f['bw'] / 1e9:.3g} GB/s, {f['peak'] / 1e9:.3g} GFLOP/s, overhead {f['overhead_s'] * 1e3:.3g} ms, "
@@ -218,18 +263,29 @@ def run_validation(cfg: RunConfig, say: Any = None) -> dict[str, Any]:
     clock = make_clock(cfg.clock, cfg.device)  # before anything slow: a bad --clock fails at once
     cfg.out.mkdir(parents=True, exist_ok=True)
     (cfg.out / RUN_MARKER).touch()
-    trace_path, trace = obtain_trace(cfg, say)
-    opts = tree_options(trace)
-    prompts = prompt_ids(trace, trace_path)
-    say(f"loading {cfg.model} on {cfg.device}")
-    pair = load_pair(cfg.model, cfg.draft, dtype=cfg.dtype, device=cfg.device, attn=cfg.attn)
-    check_same_model(pair, trace)
-    cal = start_calibration(cfg, pair, trace, opts, clock, say)
-    say("greedy reference")  # phase 3
-    reference = {rid: greedy(pair.target.model, p, opts.max_new_tokens, pair.eos_ids, opts.stop_at_eos)
-                 for rid, p in prompts.items()}
-    runs = decode_all(cfg, pair, trace, opts, prompts, clock, cal, say)
-    profile_path = finish_calibration(cfg, pair, cal, say)
+    parts = Parts(cfg.out)
+    parts.start(cfg.resume_key(), cfg.force)
+    total = "?"
+    try:
+        trace_path, trace = obtain_trace(cfg, parts, say)
+        opts = tree_options(trace)
+        prompts = prompt_ids(trace, trace_path)
+        total = str(cfg.repeats * len(prompts))
+        say(f"loading {cfg.model} on {cfg.device}")
+        pair = load_pair(cfg.model, cfg.draft, dtype=cfg.dtype, device=cfg.device, attn=cfg.attn)
+        check_same_model(pair, trace)
+        cal = start_calibration(cfg, pair, trace, opts, clock, say)
+        reference = parts.reference()
+        if reference is None or set(reference) != set(prompts):
+            say("greedy reference")  # phase 3
+            reference = {rid: greedy(pair.target.model, p, opts.max_new_tokens, pair.eos_ids, opts.stop_at_eos)
+                         for rid, p in prompts.items()}
+            parts.save_reference(reference)
+        runs = decode_all(cfg, pair, trace, opts, prompts, clock, cal, say, parts)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted; {parts.rounds_done()} of {total} request rounds (a request decoded by every "
+                          f"policy once) committed to {parts.dir}; rerun the same command to continue") from None
+    profile_path = finish_calibration(cfg, pair, trace, cal, say)
     failures, trace_failures = check_lossless(cfg, runs, reference, trace_tokens(trace))
     deterministic = write_steps(cfg, runs)
     env = environment(pair, cfg.clock)

@@ -20,9 +20,9 @@ def table(doc: dict[str, Any]) -> Table:
     clock = (doc.get("measured_environment") or {}).get("clock", "wall")
     t = Table(title=f"{doc['model']} on {doc['device']}: measured ({clock} clock) vs simulated (trace {doc['trace']})",
               title_justify="left")
-    cols = [("policy", "left"), ("tok/step", "right"), ("experts/step", "right"), ("sim", "right"),
-            ("ms/tok", "right"), ("sim", "right"), ("error", "right"), ("step-model", "right"),
-            ("vs ar", "right"), ("sim", "right"), ("draft ms", "right"), ("select ms", "right"), ("verify ms", "right")]
+    cols = [("policy", "left"), ("tok/step", "right"), ("exp/step", "right"), ("sim exp/step", "right"),
+            ("ms/tok", "right"), ("sim ms/tok", "right"), ("error", "right"), ("step-model", "right"),
+            ("vs ar", "right"), ("sim vs ar", "right"), ("draft ms", "right"), ("select ms", "right"), ("verify ms", "right")]
     for c, j in cols:
         t.add_column(c, justify=j, no_wrap=True)  # type: ignore[arg-type]
     for p in doc["policies"]:
@@ -33,8 +33,9 @@ def table(doc: dict[str, Any]) -> Table:
             _x(p["measured_speedup_vs_ar"]), _x(p["simulated_speedup_vs_ar"]),
             _ms(p["draft_s"]), _ms(p["select_s"]), _ms(p["verify_s"]),
         )
-    t.caption = ("measured, then simulated (sim) where both exist; error: simulated replay vs measured time per token; "
-                 "step-model: the cost model on the measured steps; draft/select/verify: mean measured ms per step")
+    t.caption = ("each figure measured, then its simulated counterpart (sim ...: the simulator's replay of the recorded "
+                 "trace); error: sim ms/tok vs ms/tok; step-model: the cost model on the measured steps; draft/select/"
+                 "verify: mean measured ms per step")
     t.caption_justify = "left"
     return t
 
@@ -59,6 +60,15 @@ def lines(doc: dict[str, Any]) -> list[str]:
         out.append(f"winner {m['winner']} vs {m['versus']}: measured {m['measured_pct']:+.2f}%, simulated {m['simulated_pct']:+.2f}% "
                    f"faster (margin error {m['margin_error_pp']:+.2f} pp); winner faster in measured "
                    f"{'wall-clock' if clock == 'wall' else clock + '-clock'} time: {'yes' if m['winner_faster_measured'] else 'NO'}")
+    r = doc.get("profile_drift")
+    if r:
+        out.append(f"profile: {r['given']} refitted on its cases of up to {r['most_tokens']} tokens and re-timed at this "
+                   f"run's pace ({r['anchor_runs']} verify and {r['anchor_drafts']} draft runs between the decoding rounds): "
+                   f"verify x{r['verify_factor']:.3f}, draft x{r['draft_factor']:.3f}")
+    d = doc.get("draft_step")
+    if d:
+        out.append(f"draft step: {d['measured_s'] * 1e3:.1f} ms measured (mean over the speculative policies' steps), "
+                   f"{d['profile_s'] * 1e3:.1f} ms charged by the profile")
     for w in doc.get("warnings", []):
         out.append(f"warning: {w}")
     out.append("not modelled: " + "; ".join(doc["not_modelled"]))

@@ -7,8 +7,9 @@ Tree defaults come from `ecosim.tree_config.TREE`, the on-the-spot calibration's
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ecosim.errors import EcoSimError
@@ -23,6 +24,7 @@ from tracer.loading import check_device, resolve
 from tracer.prompts import read_prompts
 from validate.calibrate import CalibConfig
 from validate.choice import Choice
+from validate.parts import Parts
 
 
 def check_one_device(device: str) -> None:
@@ -60,11 +62,27 @@ class RunConfig:
     command: str = ""
     contexts_from_trace: bool = True  # calibrate at the trace's shortest and longest contexts
     force: bool = False  # replace a validate run already in `out`
+    retime: bool = True  # with `hardware`: re-time anchors between rounds and scale the profile to this run (drift.py)
+    retime_repeats: int = 2  # runs of each anchor case
+
+    def resume_key(self) -> dict:
+        """The options a rerun must repeat to continue this run (validate/parts.py), as JSON values."""
+        key = {"model": self.model, "draft": self.draft, "device": self.device, "dtype": self.dtype, "attn": self.attn,
+               "threads": self.threads, "max_new_tokens": self.max_new_tokens, "max_prompts": self.max_prompts,
+               "depth": self.depth, "topk": self.topk, "max_nodes": self.max_nodes, "repeats": self.repeats,
+               "clock": self.clock, "hardware": str(self.hardware) if self.hardware else None,
+               "trace": str(self.trace) if self.trace else None, "prompts": [str(p) for p in self.prompts],
+               "policies": [s.label() for s in self.choice.policies], "calib": asdict(self.calib),
+               "contexts_from_trace": self.contexts_from_trace, "retime": self.retime,
+               "retime_repeats": self.retime_repeats}
+        return json.loads(json.dumps(key))
 
     def check(self) -> None:
         """Bad options fail with one line before recording, loading or writing anything."""
         if self.repeats < 1:
             raise EcoSimError(f"--repeats {self.repeats}: must be at least 1")
+        if self.retime_repeats < 1:
+            raise EcoSimError(f"--retime-repeats {self.retime_repeats}: must be at least 1")
         if self.trace is None and not self.prompts:
             raise EcoSimError("--prompts is needed (or --trace, a trace recorded earlier with the same model)")
         if self.hardware is not None and not self.hardware.is_file():
@@ -79,6 +97,9 @@ class RunConfig:
         for spec in self.choice.policies:
             if spec.predictor:
                 check_predictor_name(spec.predictor)
+            if spec.policy.priced and self.hardware is None:
+                raise EcoSimError(f"{spec.label()} selects by the cost model: give the profile it prices with (--hardware, "
+                                  "from validate calibrate)")
         on_the_fly = sorted({s.predictor for s in self.choice.policies if s.predictor in KINDS})
         if on_the_fly:  # k-fold over the requests: enough requests, checked before recording or loading anything
             if self.trace is not None:
@@ -88,5 +109,6 @@ class RunConfig:
                 where = "--prompts" + (f" with --max-prompts {self.max_prompts}" if self.max_prompts else "")
             check_requests(n, on_the_fly[0], where)
         check_one_device(self.device)
-        check_output(self.out, VALIDATE_RUN, force=self.force)
+        check_output(self.out, VALIDATE_RUN, force=self.force, resume=True)  # a run is continued (parts.py)
+        Parts(self.out).check(self.resume_key(), self.force)
         resolve(self.model)  # a missing model fails here, before anything is written

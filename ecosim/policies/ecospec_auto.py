@@ -64,7 +64,10 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
     ctx_len = t.trace.positions["context_len"]
     scale = ctx.memo(("union scale", knobs["predictor"]), lambda: union_scale(t, pred)[:2])
     if not cost.placement.stateful:
-        return auto_select(t, *auto_order(t, pred, value, p, ctx_len, visited_only=True, other=o, scale=scale))
+        # a live caller (validate run), selecting one step at a time, carries the running rate from
+        # step to step in ("running rate",); over a whole trace it starts at zero here
+        rate = ctx.memo(("running rate",), lambda: None)
+        return auto_select(t, *auto_order(t, pred, value, p, ctx_len, visited_only=True, other=o, scale=scale, rate=rate))
     m, place = ctx.shape, cost.placement
     cache = place.cache(m)
     assert cache is not None

@@ -88,7 +88,13 @@ def test_calibrate_run_report(tmp_path, tiny_pair_dir, prompts_path, capsys):
     assert main(["calibrate", "--model", str(tiny_pair_dir), "--out", str(prof), "--tokens", "1,4,12", "--levels", "2",
                  "--prompts", str(prompts_path),
                  "--contexts", "24", "--repeats", "2", *TREE_FLAGS]) == 0
-    assert "bandwidth" in capsys.readouterr().out
+    out = capsys.readouterr()
+    assert "bandwidth" in out.out
+    # progress on stderr (not a terminal here: a line at every tenth of the runs, the last one at the end)
+    lines = [x for x in out.err.splitlines() if x.startswith("validate: calibrating")]
+    assert lines[0].startswith("validate: calibrating: ") and "timed runs (" in lines[0]
+    total = int(lines[0].split()[2])
+    assert lines[-1].startswith(f"validate: calibrating: {total}/{total} runs") and len(lines) <= 12
     dev = get_device(str(prof))
     assert dev.overlap == "sum" and dev.bw_efficiency == 1.0 and dev.draft_time_s > 0 and dev.hbm_bw > 0
 

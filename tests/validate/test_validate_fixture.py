@@ -93,3 +93,28 @@ def test_fresh_eight_prompt_run_with_a_token_winner_meets_the_targets(tmp_path):
     assert [p["policy"] for p in doc["policies"]] == ["ecospec", "ar", "confidence"]
     assert all(t["met"] for t in doc["targets"].values()), doc["targets"]
     assert doc["mae_pct"] <= 3.0 and doc["worst_pct"] <= 8.0 and doc["ranking_preserved"]
+
+
+def test_table_columns_each_have_their_own_name(tmp_path):
+    """Every column of `validate report`'s table says what it is: no two share a header (three were "sim")."""
+    from validate.report import table
+
+    cols = [c.header for c in table(compare_run(FIXTURE, out=tmp_path)).columns]
+    assert len(cols) == len(set(cols)), cols
+    for measured, simulated in (("exp/step", "sim exp/step"), ("ms/tok", "sim ms/tok"), ("vs ar", "sim vs ar")):
+        assert cols[cols.index(measured) + 1] == simulated  # each simulated figure beside its measured one
+
+
+def test_draft_step_is_one_figure_of_the_run(tmp_path, capsys):
+    """The draft's cost per step the docs quote: the mean draft phase over the speculative steps, and the profile's."""
+    import polars as pl
+
+    run = DATA / "ecosim-tiny-x256-cpu-8p"
+    doc = compare_run(run, out=tmp_path)
+    steps = pl.read_parquet(run / "steps.parquet").filter(pl.col("policy") != "ar")
+    profile = json.loads((run / "profile.json").read_text())
+    assert doc["draft_step"]["measured_s"] == pytest.approx(steps["draft_s"].mean(), rel=1e-12)
+    assert doc["draft_step"]["profile_s"] == profile["draft_time_s"]
+    assert main(["report", str(run), "--out", str(tmp_path / "r")]) == 0
+    assert "draft step: 14.5 ms measured (mean over the speculative policies' steps), 16.0 ms charged by the profile" \
+        in capsys.readouterr().out
