@@ -30,7 +30,8 @@ def values(ctx: Context, kind: str) -> np.ndarray:
     return node_values(ctx.trees, kind, cal)
 
 
-def _key(ctx: Context) -> tuple:
+def pricing_key(ctx: Context) -> tuple:
+    """What a per-trace table priced by the cost model is kept under (beside its own name)."""
     c = ctx.cost
     assert c is not None
     return (c.model, c.device, c.placement, c.config, c.tree_depth, c.draft)
@@ -39,13 +40,13 @@ def _key(ctx: Context) -> tuple:
 def pricer(ctx: Context) -> StepPricer:
     c = ctx.cost
     assert c is not None
-    return ctx.memo(("pricer", *_key(ctx)), lambda: StepPricer.of(c, int(ctx.trees.n_nodes.max(initial=1))))
+    return ctx.memo(("pricer", *pricing_key(ctx)), lambda: StepPricer.of(c, int(ctx.trees.n_nodes.max(initial=1))))
 
 
 def other(ctx: Context) -> np.ndarray:
     """(trees, nodes + 2) seconds outside the routed experts by tokens verified: once per trace and pricing."""
     t = ctx.trees
-    return ctx.memo(("auto other", *_key(ctx)), lambda: pricer(ctx).other(
+    return ctx.memo(("auto other", *pricing_key(ctx)), lambda: pricer(ctx).other(
         t.trace.positions["context_len"].astype(np.int64), int(t.n_nodes.max(initial=1))))
 
 

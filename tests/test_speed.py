@@ -1,0 +1,69 @@
+"""The fast paths give what the direct computations give, bit for bit.
+
+Each optimised computation keeps its direct (slow, obvious) form here as the reference: evict's
+profile re-selecting and re-packing at every budget, a replay with nothing kept between calls.
+Compared on synthetic traces of several sizes and seeds, under several placements, and on the
+committed traces.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, tiny_trace
+from ecosim.catalog.devices import get_device
+from ecosim.cost import CostConfig, CostModel
+from ecosim.placements import parse_placement
+from ecosim.policies import PolicySpec
+from ecosim.policies.confidence import confidence_rank, select_confidence
+from ecosim.policies.evict import profiled_cost, union_counts
+from ecosim.replay import TraceReplay
+from ecosim.simulate import cost_model
+from ecosim.trace.io import find_traces, read_trace
+from ecosim.tree import Trees
+
+PLACEMENTS = ("hbm", "tp:2", "ep:2", "tp:2+ep:2", "offload:4")
+COMMITTED = sorted(find_traces([str(ROOT / "traces")]))
+
+
+def profiled_cost_reference(trees: Trees, rank: np.ndarray, cost: CostModel, max_budget: int) -> np.ndarray:
+    """evict's C(k) as it reads: select `confidence` at every budget k, pack and price it whole."""
+    ctx = trees.trace.positions["context_len"].astype(np.int64)
+    out = np.zeros(max_budget + 1)
+    for k in range(max_budget + 1):
+        sel = select_confidence(trees, k, rank=rank)
+        n = trees.selected_count(sel)
+        times = cost.layer_times(union_counts(trees, sel, cost), n).sum(axis=1) + cost.other_times(n, ctx, speculative=False)
+        out[k] = float(times.mean())
+    return out
+
+
+def _costs(trace, placements=PLACEMENTS):
+    for p in placements:
+        yield p, cost_model(trace, get_device("h200"), parse_placement(p), CostConfig(), check=False)
+
+
+@pytest.mark.parametrize("seed,overrides", [(0, {}), (1, {"max_nodes": 30, "depth": 6, "topk": 4}),
+                                            (2, {"requests": 3, "positions": 25, "max_nodes": 5})])
+def test_evict_profile_grown_budget_by_budget_is_the_direct_one_bit_for_bit(write, seed, overrides):
+    trace = read_trace(write(tiny_trace(seed, **overrides)))
+    t = Trees(trace)
+    rank = confidence_rank(t)
+    kmax = int(t.n_nodes.max()) - 1
+    for _, cost in _costs(trace):
+        want = profiled_cost_reference(t, rank, cost, kmax)
+        assert np.array_equal(profiled_cost(t, rank, cost, kmax), want)
+        assert np.array_equal(profiled_cost(t, rank, cost, 3), want[:4])  # a smaller budget: its prefix
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: Path(p).name)
+def test_evict_profile_on_the_committed_traces(path):
+    trace = read_trace(path)
+    t = Trees(trace)
+    rank = confidence_rank(t)
+    kmax = int(t.n_nodes.max()) - 1
+    for _, cost in _costs(trace, ("hbm", "ep:2")):
+        assert np.array_equal(profiled_cost(t, rank, cost, kmax), profiled_cost_reference(t, rank, cost, kmax))
