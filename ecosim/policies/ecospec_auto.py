@@ -1,6 +1,6 @@
 """`ecospec-auto` (`ecospec --lambda auto` in the issue): the selections of greatest expected tokens
 per second over the run, each step scored at the running rate, (1 + E[accepted]) - lambda t_step,
-with calibrated values and costs in seconds (auto.py holds the growth and why Dinkelbach's
+with calibrated values and costs in seconds (ecosim/auto: why Dinkelbach's
 theorem makes this the throughput optimum; marginal.py the pricing; acceptance.py the values;
 union_scale.py the predicted experts' correction). No knob to sweep: the predictor and the kind
 of value only.
@@ -73,7 +73,7 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
     experts = t.trace.experts_3d()
     out = np.full(t.n_rows, -1, dtype=np.int64), np.zeros(t.n_trees, dtype=np.int64)  # reused, tree by tree
     one = np.zeros(1, dtype=np.int64)
-    rate = np.zeros(2)  # the exchange rate carried along every request's trajectory (auto.py)
+    rate = np.zeros(2)  # the exchange rate carried along every request's trajectory (ecosim/auto)
     for _, sl in t.request_slices():
         pos = sl.start
         while pos < sl.stop:
@@ -92,5 +92,5 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
 
 
 POLICY = Policy("ecospec-auto", "Per step, the subtree of most expected tokens per second at the run's own "
-                "running rate: calibrated acceptance, cost in seconds, no lambda to tune (auto.py).",
+                "running rate: calibrated acceptance, cost in seconds, no lambda to tune (ecosim/auto).",
                 knobs=(PREDICTOR, VALUE), select=select, priced=True, declines=True, weight=lambda knobs, pricings: 10.0 + pricings)
