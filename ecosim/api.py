@@ -95,7 +95,7 @@ def replay(traces: Paths, policy: str | PolicySpec | Sequence[str | PolicySpec] 
     if isinstance(bw, str):
         bw = parse_quantity(bw, "bandwidth")
     device = get_device(hardware).replace(hbm_bw=bw)
-    results = compare([TraceReplay(t) for t in found], specs, device, parse_placement(placement), cost or CostConfig())
+    results = compare([TraceReplay.of(t) for t in found], specs, device, parse_placement(placement), cost or CostConfig())
     rows = [_record(r.spec, row) for r in results for row in r.rows]
     if total or (total is None and len(found) > 1):
         rows += [_record(r.spec, r.total) | {"trace": "total"} for r in results]
@@ -139,7 +139,7 @@ def unions(traces: Paths, policy: str | PolicySpec | Sequence[str | PolicySpec],
     specs = _specs(policy, knobs)
     rows = []
     for t in _traces(traces):
-        r = TraceReplay(t)  # one per trace: its trees and pick orders serve every policy
+        r = TraceReplay.of(t)  # one per trace: its trees and pick orders serve every policy
         for spec in specs:
             tokens = float(r.trees.selected_count(r.selection(spec)).mean())
             rows.append({"trace": t.name, **spec.columns(), "label": spec.label(full=True), "tokens": tokens,

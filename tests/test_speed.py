@@ -67,3 +67,19 @@ def test_evict_profile_on_the_committed_traces(path):
     kmax = int(t.n_nodes.max()) - 1
     for _, cost in _costs(trace, ("hbm", "ep:2")):
         assert np.array_equal(profiled_cost(t, rank, cost, kmax), profiled_cost_reference(t, rank, cost, kmax))
+
+
+def test_a_repeated_api_replay_of_one_trace_reuses_its_work_and_gives_the_same_rows(write):
+    import ecosim
+
+    trace = read_trace(write(tiny_trace(3)))
+    policies = ["confidence", "ecospec", "ecospec-auto", "evict"]
+    first = ecosim.replay(trace, policy=policies, placement="ep:2")
+    kept = trace.derived("replay", lambda: None)
+    assert isinstance(kept, TraceReplay) and kept.memo.size("trace") > 0  # the per-trace work stays with the trace
+    again = ecosim.replay(trace, policy=policies, placement="ep:2", budget=4)  # a new configuration: selection only
+    assert trace.derived("replay", lambda: None) is kept
+    fresh = read_trace(trace.path)  # a new Trace object: nothing kept, computed from scratch
+    assert ecosim.replay(fresh, policy=policies, placement="ep:2").equals(first)
+    assert ecosim.replay(read_trace(trace.path), policy=policies, placement="ep:2", budget=4).equals(again)
+    assert ecosim.replay(trace, policy=policies, placement="ep:2").equals(first)
