@@ -71,10 +71,10 @@ class TraceReplay:
     def predictor(self, name: str) -> ExpertPredictor:
         """A predictor by name (the ones given first), loaded once per trace (and per version of
         a predictor file: a retrained file is loaded again)."""
-        return self.memo.get(TRACE, ("predictor", name, _stamp(name)), lambda: self.predictors.get(name) or get_predictor(name))
+        return self.memo.get(TRACE, ("predictor", name, *_stamp(name)), lambda: self.predictors.get(name) or get_predictor(name))
 
     def predicted(self, name: str) -> np.ndarray:
-        return self.memo.get(TRACE, ("predicted", name, _stamp(name)), lambda: self.predictor(name).predict(self.trace))
+        return self.memo.get(TRACE, ("predicted", name, *_stamp(name)), lambda: self.predictor(name).predict(self.trace))
 
     def context(self, cost: CostModel | None = None) -> Context:
         return Context(self.trees, self.trace.model, self.predicted, self.predictor,
@@ -274,14 +274,14 @@ class TraceReplay:
         return (self.digest(spec, cost), "declines" if spec.policy.declines else spec.speculative)
 
 
-def _stamp(name: str) -> tuple[int, int] | None:
+def _stamp(name: str) -> tuple[int, ...]:
     """A predictor file's (modification time, size), so kept predictions follow a retrained file;
-    None for a predictor named by kind."""
+    () for a predictor named by kind."""
     try:
         st = Path(name).stat()
     except (OSError, ValueError):
-        return None
-    return (st.st_mtime_ns, st.st_size) if stat.S_ISREG(st.st_mode) else None
+        return ()
+    return (st.st_mtime_ns, st.st_size) if stat.S_ISREG(st.st_mode) else ()
 
 
 def _digest(selected: np.ndarray) -> bytes:
