@@ -15,10 +15,12 @@ from ecosim.cli.options import (
 )
 from ecosim.placements import parse_placement
 from ecosim.policies.knobs import PREDICTOR
-from ecosim.predictors import check_name
+from ecosim.predictors import KINDS, ExpertPredictor, check_name
+from ecosim.predictors.kfold import MIN_REQUESTS, KFoldPredictor
+from ecosim.predictors.view import request_ids
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
-from ecosim.trace.io import find_traces, read_trace
+from ecosim.trace.io import Trace, find_traces, read_trace
 from ecosim.trace.schema import provenance_notes
 from ecosim.tune import recommend, tune as tune_all
 
@@ -45,14 +47,21 @@ def tune(
     device = HardwareArgs(hardware, bw, peak, link_bw, pcie_bw).device()
     place = parse_placement(placement)
     config = cost_config(cost)
-    replays = [TraceReplay(read_trace(p)) for p in find_traces([str(p) for p in traces])]
+    replays, notes = [], []
+    for path in find_traces([str(p) for p in traces]):
+        trace = read_trace(path)
+        given = in_sample(trace, predictor)
+        if given:
+            notes.append(f"{trace.name} holds one request: predictor {predictor!r} is fitted in-sample on it (no other "
+                         "request to hold out), so the adaptive policy's figures on it are optimistic")
+        replays.append(TraceReplay(trace, predictors=given))
     costs = [cost_model(r.trace, device, place, config) for r in replays]
     cands = tune_all(replays, costs, predictor)
     doc = recommend(cands)
     used = {k: v for k, v in costs[0].applied().items() if k != "draft_time_s"}
     draft = {r.trace.name: float(c.applied()["draft_time_s"]) for r, c in zip(replays, costs)}  # type: ignore[arg-type]
     doc = {"hardware": device.name, "placement": str(place), "predictor": predictor,
-           "traces": [r.trace.name for r in replays], "used": {**used, "draft_time_s": draft}, **doc}
+           "traces": [r.trace.name for r in replays], "used": {**used, "draft_time_s": draft}, **doc, "notes": notes}
     if as_json:
         print(json.dumps(doc, indent=1))
         return
@@ -83,5 +92,13 @@ def tune(
         v = doc["vllm"]
         verdict = "" if v["pays"] else "  (slower than plain decoding: do not use)"
         console.print(f"vLLM chain: num_speculative_tokens={v['num_speculative_tokens']}  ({v['speedup_vs_ar']:.3f}x plain){verdict}")
-    for note in provenance_notes(r.trace.provenance for r in replays):
+    for note in [*notes, *provenance_notes(r.trace.provenance for r in replays)]:
         console.print(f"[yellow]{note}[/yellow]")
+
+
+def in_sample(trace: Trace, predictor: str) -> dict[str, ExpertPredictor]:
+    """The predictor to tune with on a trace too small to hold a request out: a kind trained on the
+    fly needs two requests, so on one it is fitted in-sample (the caller says so); {} otherwise."""
+    if predictor in KINDS and len(request_ids(trace)) < MIN_REQUESTS:
+        return {predictor: KFoldPredictor(predictor, in_sample=True)}
+    return {}
