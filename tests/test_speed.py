@@ -83,3 +83,46 @@ def test_a_repeated_api_replay_of_one_trace_reuses_its_work_and_gives_the_same_r
     assert ecosim.replay(fresh, policy=policies, placement="ep:2").equals(first)
     assert ecosim.replay(read_trace(trace.path), policy=policies, placement="ep:2", budget=4).equals(again)
     assert ecosim.replay(trace, policy=policies, placement="ep:2").equals(first)
+
+
+def _des_figures(result) -> tuple:
+    return (result.row.to_dict(), result.latencies_s, result.makespan_s, result.forwards, result.first_step_s,
+            result.inter_token_s)
+
+
+@pytest.mark.parametrize("placement", ["hbm", "ep:2", "tp:2+ep:2", "offload:4", "offload:3:lfu"])
+def test_des_without_events_where_nothing_interleaves_is_the_event_run_bit_for_bit(write, placement, tmp_path):
+    from ecosim.des import DesConfig, des_run
+
+    arrivals_file = tmp_path / "at.json"
+    arrivals_file.write_text("[0.5, 0.0, 0.25]")
+    trace = read_trace(write(tiny_trace(6, requests=3, positions=20)))
+    cost = cost_model(trace, get_device("h200"), parse_placement(placement), CostConfig())
+    r = TraceReplay(trace)
+    configs = [DesConfig(), DesConfig(max_batch=4), DesConfig("together"), DesConfig("poisson:200"),
+               DesConfig("poisson:3", seed=2), DesConfig(str(arrivals_file))]
+    for spec in (PolicySpec("ar"), PolicySpec("confidence", 4), PolicySpec("ecospec", 5, 0.3, "oracle")):
+        for cfg in configs:
+            quick = des_run(r, spec, cost, cfg)
+            assert quick.events == []  # the events were not run
+            events = des_run(r, spec, cost, DesConfig(cfg.arrivals, cfg.max_batch, cfg.prefetch, cfg.seed, timeline=True))
+            assert events.events  # they were
+            assert _des_figures(quick) == _des_figures(events), (spec, cfg)
+
+
+def test_replay_says_a_batch_with_sequential_arrivals_batches_nothing(write, capsys):
+    import json
+
+    from ecosim.cli import main
+
+    path = str(write(tiny_trace(7)))
+    args = ["replay", path, "--engine", "des", "--policy", "confidence", "--json"]
+    assert main(args) == 0
+    alone = json.loads(capsys.readouterr().out)["rows"]
+    assert main([*args, "--max-batch", "4"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["rows"] == alone  # the batch-1 answer ...
+    assert "nothing is batched" in out.err  # ... and it says why
+    assert main([*args, "--max-batch", "4", "--arrivals", "together"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["rows"] != alone and "nothing is batched" not in out.err

@@ -76,7 +76,7 @@ def replay(
     cost: dict[str, str | None] | None = None,
     engine: Annotated[str, typer.Option(help="fast (vectorised numpy) or des (simpy events: batching, prefetch, per-device timelines).")] = "fast",
     arrivals: Annotated[str, typer.Option(help="des only: sequential, together, poisson:RATE (requests/s) or a JSON file of arrival seconds.")] = "sequential",
-    max_batch: Annotated[int, typer.Option(min=1, help="des only: requests verified together in one step.")] = 1,
+    max_batch: Annotated[int, typer.Option(min=1, help="des only: requests verified together in one step (requests must be active together to share one: with the default sequential arrivals only one is, so it batches nothing).")] = 1,
     prefetch: Annotated[bool, typer.Option(help="des only, offload: copy the next layer's misses while this layer computes.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="des only: write a Chrome/Perfetto trace of the first trace's timeline to FILE.")] = None,
     max_memory: Annotated[str | None, typer.Option(help="Replay in pieces of whole requests within this much memory, e.g. 2GB (fast engine).")] = None,
@@ -93,6 +93,10 @@ def replay(
         fail(f"--engine must be fast or des, got {engine!r}")
     if engine == "fast" and (timeline or prefetch or max_batch > 1 or arrivals != "sequential"):
         fail("--timeline, --prefetch, --max-batch and --arrivals need --engine des")
+    if engine == "des" and max_batch > 1 and arrivals == "sequential":
+        typer.echo(f"note: --max-batch {max_batch} with --arrivals sequential: each request arrives when the previous one "
+                   "finishes, so one is active at a time and nothing is batched (the batch-1 answer); --arrivals together "
+                   "or poisson:RATE lets requests share a forward", err=True)
     specs = list(dict.fromkeys(PolicySpec(n, **knobs) for n in names))  # `--lambda auto` makes ecospec ecospec-auto
     device = HardwareArgs(hardware, bw, peak, link_bw, pcie_bw).device()
     place = parse_placement(placement_text(placement, devices))
@@ -108,7 +112,7 @@ def replay(
         budget_bytes = parse_quantity(max_memory, "bytes")
         replays: list[Engine] = [StreamedReplay(p, budget_bytes) for p in paths]
     elif engine == "des":
-        replays = [DesReplay(TraceReplay(read_trace(p)), DesConfig(arrivals, max_batch, prefetch)) for p in paths]
+        replays = [DesReplay(TraceReplay(read_trace(p)), DesConfig(arrivals, max_batch, prefetch, timeline=timeline is not None)) for p in paths]
     else:
         replays = [TraceReplay(read_trace(p)) for p in paths]
 
