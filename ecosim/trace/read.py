@@ -56,7 +56,7 @@ def _parquet(path: Path, name: str) -> pq.ParquetFile:
     if not f.is_file():
         raise TraceError(f"{path}/{name}", "missing")
     try:
-        return pq.ParquetFile(f)
+        return pq.ParquetFile(f, pre_buffer=False)  # one row group's buffers at a time, not the whole file's
     except (OSError, pa.ArrowException, ValueError) as e:
         raise TraceError(f"{path}/{name}", f"not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
 
@@ -185,6 +185,7 @@ def read_trace(path: str | Path, *, validate: bool = True) -> Trace:
         raise TraceError(f"{path}/{POSITIONS}", f"n_nodes add up to {rows} rows but nodes.parquet has {filled}", column="n_nodes")
     if not nodes:
         nodes = empty_nodes(experts_width(manifest["model"]))
+    pa.default_memory_pool().release_unused()  # the decoded batches' memory: arrow's allocator keeps it otherwise
     return Trace(path, manifest, positions, nodes)
 
 
