@@ -56,7 +56,7 @@ def _parquet(path: Path, name: str) -> pq.ParquetFile:
     if not f.is_file():
         raise TraceError(f"{path}/{name}", "missing")
     try:
-        return pq.ParquetFile(f, pre_buffer=False)  # one row group's buffers at a time, not the whole file's
+        return pq.ParquetFile(f)
     except (OSError, pa.ArrowException, ValueError) as e:
         raise TraceError(f"{path}/{name}", f"not a readable Parquet file ({str(e).splitlines()[0][:200]})") from None
 
