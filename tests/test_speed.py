@@ -126,3 +126,34 @@ def test_replay_says_a_batch_with_sequential_arrivals_batches_nothing(write, cap
     assert main([*args, "--max-batch", "4", "--arrivals", "together"]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["rows"] != alone and "nothing is batched" not in out.err
+
+
+def top_ids_reference(scores: np.ndarray, k: int) -> np.ndarray:
+    """top_ids as k passes of argmax, each masking its pick (ties: argmax's first, the lower index)."""
+    E = scores.shape[-1]
+    work = np.maximum(scores, np.float32(-3e38), dtype=np.float32).reshape(-1, E)
+    rows = np.arange(len(work))
+    out = np.empty((len(work), k), dtype=np.int64)
+    for j in range(k):
+        i = work.argmax(axis=-1)
+        out[:, j] = i
+        work[rows, i] = -np.inf
+    return out.reshape(*scores.shape[:-1], k)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_top_ids_in_one_pass_is_k_passes_of_argmax(seed):
+    from ecosim.predictors.base import top_ids
+
+    rng = np.random.default_rng(seed)
+    for E in (1, 3, 8, 64, 257):
+        for k in sorted({1, 2, min(8, E), min(16, E), min(32, E), max(1, E - 1)}):
+            if k >= E or k > 32:
+                continue
+            counts = rng.integers(0, 4, size=(50, 3, E)).astype(np.float32)  # integer counts: ties everywhere
+            floats = rng.random((50, 3, E)).astype(np.float32)
+            floats[rng.random(floats.shape) < 0.2] = -np.inf
+            doubles = rng.standard_normal((20, E)) * 1e-3  # float64, cast to float32 as top_ids does
+            for s in (counts, floats, doubles, np.zeros((4, E), np.float32)):
+                assert np.array_equal(top_ids(s, k), top_ids_reference(s, k)), (E, k)
+    assert top_ids(np.ones((3, 5), np.float32), 0).shape == (3, 0)
