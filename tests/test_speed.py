@@ -157,3 +157,29 @@ def test_top_ids_in_one_pass_is_k_passes_of_argmax(seed):
             for s in (counts, floats, doubles, np.zeros((4, E), np.float32)):
                 assert np.array_equal(top_ids(s, k), top_ids_reference(s, k)), (E, k)
     assert top_ids(np.ones((3, 5), np.float32), 0).shape == (3, 0)
+
+
+def test_replay_says_when_a_trace_may_not_fit_and_what_max_memory_to_give(write, capsys, monkeypatch):
+    import json
+
+    import ecosim.stream
+    from ecosim.cli import main
+    from ecosim.stream import WORKING_SET, auto_budget
+    from ecosim.trace.io import row_bytes
+
+    path = write(tiny_trace(8, requests=3))
+    whole = WORKING_SET * row_bytes(read_trace(path).manifest, gates=False) * len(read_trace(path).nodes["node"])
+    assert auto_budget(path, available=4 * whole) is None  # fits
+    assert auto_budget(path, available=1.5 * whole) == 0.75 * whole  # does not: half the memory, in pieces
+    assert auto_budget(path, available=whole / 100) is None  # not even one request would fit a piece
+    args = ["replay", str(path), "--placement", "offload:3", "--predictor", "oracle", "--json"]
+    assert main(args) == 0
+    out = capsys.readouterr()
+    assert "may not fit" not in out.err
+    at_once = json.loads(out.out)
+    monkeypatch.setattr(ecosim.stream, "available_memory", lambda: 1.5 * whole)
+    assert main(args) == 0
+    out = capsys.readouterr()
+    budget = f"--max-memory {max(0.75 * whole / 1e6, 1):.0f}MB"
+    assert "may not fit" in out.err and budget in out.err
+    assert json.loads(out.out)["totals"] == at_once["totals"]  # read whole all the same

@@ -24,7 +24,7 @@ from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec, registry
 from ecosim.replay import TraceReplay
 from ecosim.simulate import Engine, PolicyResult, compare, cost_model
-from ecosim.stream import StreamedReplay
+from ecosim.stream import StreamedReplay, auto_budget
 from ecosim.units import parse_quantity
 from ecosim.trace.io import find_traces, read_trace
 from ecosim.trace.schema import provenance_notes
@@ -114,7 +114,16 @@ def replay(
     elif engine == "des":
         replays = [DesReplay(TraceReplay(read_trace(p)), DesConfig(arrivals, max_batch, prefetch, timeline=timeline is not None)) for p in paths]
     else:
-        replays = [TraceReplay(read_trace(p)) for p in paths]
+        replays = []
+        for p in paths:
+            budget = auto_budget(Path(p))
+            if budget is not None:  # said, not switched: a piece fits per-trace tables on fewer requests
+                size = f"{budget / 1e9:.1f}GB" if budget >= 1e9 else f"{max(budget / 1e6, 1):.0f}MB"
+                typer.echo(f"note: {Path(p).name} may not fit the {2 * budget / 1e9:.2f} GB of memory available; "
+                           f"--max-memory {size} replays it in pieces of whole requests (exact for policies "
+                           "that fit nothing on the whole trace: ar, confidence, ecospec with a predictor file or "
+                           "oracle, the bound)", err=True)
+            replays.append(TraceReplay(read_trace(p)))
 
     work = len(replays) * (len(specs) + 2)
     with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
