@@ -105,7 +105,7 @@ def _expert(row: int, slot: int, value: int):
 
 # (name, mutation, text the error must contain). Rows refer to hand_trace.
 MUTATIONS = [
-    ("unknown version", _manifest(["version"], 3), "version 3 is not supported"),
+    ("unknown version", _manifest(["version"], 4), "version 4 is not supported"),
     ("provenance not an object", _manifest(["provenance"], "real"), "column 'provenance'"),
     ("unknown provenance", _manifest(["provenance", "kind"], "measured"), "column 'provenance'"),
     ("provenance contradicts synthetic", _manifest(["provenance", "kind"], "real"), "contradicts synthetic=True"),

@@ -51,9 +51,15 @@ def record(
     gates: Annotated[bool, typer.Option(help="Also write the gate weights of the routed experts.")] = True,
     max_prompts: Annotated[int | None, typer.Option(help="Use at most N prompts of each file.")] = None,
     threads: Annotated[int | None, typer.Option(help="torch CPU threads (keep equal across --resume for bit-equal traces).")] = None,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature of the continuation; 0 records the greedy one. "
+                                                    "At T > 0 every node's target_next is drawn with the random number of "
+                                                    "the index it fills (replay stays exact under target-only verification).")] = 0.0,
+    top_p: Annotated[float, typer.Option(help="Nucleus sampling: keep the smallest set of tokens reaching this mass (with --temperature).")] = 1.0,
+    sample_top_k: Annotated[int, typer.Option(help="Sample among the K most probable tokens (0: all; with --temperature).")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the sampled continuation (the same seed records the same trace).")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bar.")] = False,
 ) -> None:
-    """Record a trace: a verified candidate tree at every position of the target's greedy continuation."""
+    """Record a trace: a verified candidate tree at every position of the target's continuation (greedy, or sampled)."""
     from tracer.loading import DTYPES
 
     if dtype not in DTYPES:
@@ -61,12 +67,14 @@ def record(
     if attn not in ("auto", "eager", "sdpa"):
         raise typer.BadParameter("expected auto, eager or sdpa", param_hint="--attn")
     from tracer.record import RecordConfig, run_record
+    from tracer.sampler import Sampler
 
     cfg = RecordConfig(
         model=model, prompts=prompts, out=out, draft=draft, max_new_tokens=max_new_tokens, depth=depth, topk=topk,
         max_nodes=max_nodes, chunk=chunk, dtype=dtype, device=device, attn=attn, trust_remote_code=trust_remote_code,
         stop_at_eos=stop_at_eos, gates=gates, max_prompts=max_prompts, resume=resume, force=force, threads=threads,
         progress=not quiet, command=shlex.join(["tracer", *_ARGV]),
+        sampler=Sampler(temperature, top_p, sample_top_k, seed),
     )
     try:
         path = run_record(cfg)

@@ -1,4 +1,5 @@
-"""The recording loop: a verified candidate tree at every position of the greedy continuation.
+"""The recording loop: a verified candidate tree at every position of the continuation (greedy, or sampled at
+T > 0 with the common random numbers of sampler.py, so that it replays exactly).
 
 For each request: prefill the prompt; the prefill's argmax is the root at position 0. At every
 position, the draft expands a tree from the root (`tree.expand_tree`), the target verifies it in
@@ -38,6 +39,7 @@ from tracer.loading import check_device
 from tracer.pair import Pair, load_pair
 from tracer.progress import progress_bar
 from tracer.prompts import read_prompts, tokenize
+from tracer.sampler import Sampler
 from tracer.tree import expand_tree
 from tracer.verify import verify_tree
 
@@ -72,11 +74,15 @@ class RecordConfig:
     threads: int | None = None
     progress: bool = True
     command: str = ""
+    sampler: Sampler = Sampler()  # temperature 0: the greedy continuation
 
     def options(self) -> dict[str, Any]:
         keys = ("model", "draft", "max_new_tokens", "depth", "topk", "max_nodes", "chunk", "dtype", "attn",
                 "stop_at_eos", "gates", "max_prompts")
-        return {k: getattr(self, k) for k in keys}
+        out = {k: getattr(self, k) for k in keys}
+        if not self.sampler.greedy:  # absent at T = 0: greedy recordings resume as before
+            out["decoding"] = self.sampler.decoding()
+        return out
 
     def check(self) -> None:
         """Bad values fail before any model is loaded."""
@@ -91,6 +97,12 @@ class RecordConfig:
             raise TracerError(f"--max-prompts {self.max_prompts}: must be at least 1")
         if self.resume and self.force:
             raise TracerError("--resume and --force exclude each other")
+        t = self.sampler
+        if not (0.0 <= t.temperature <= 100.0) or not (0.0 < t.top_p <= 1.0) or t.top_k < 0 or t.seed < 0:
+            raise TracerError(f"--temperature {t.temperature} in [0, 100], --top-p {t.top_p} in (0, 1], "
+                              f"--sample-top-k {t.top_k} and --seed {t.seed} at least 0")
+        if t.greedy and (t.top_p != 1.0 or t.top_k):
+            raise TracerError("--top-p and --sample-top-k apply to sampling: give --temperature above 0")
         try:
             check_output(self.out, TRACE, force=self.force, resume=self.resume, can_resume=True)
         except EcoSimError as e:
@@ -172,7 +184,7 @@ def _manifest(cfg: RecordConfig, pair: Pair, prompts: list[Any], prompt_ids: lis
         "model": pair.shape.to_manifest(),
         "draft": with_levels(pair.draft_info, cfg.depth, cfg.topk),
         "tree": {"depth": cfg.depth, "topk": cfg.topk, "max_nodes": cfg.max_nodes},
-        "decoding": {"mode": "greedy"},
+        "decoding": cfg.sampler.decoding(),
         "requests": [
             {"request_id": i, "task": p.task, "prompt_ids": ids, "positions": 0}
             for i, (p, ids) in enumerate(zip(prompts, prompt_ids))
@@ -215,11 +227,13 @@ def record_request(pair: Pair, rec: Recording, cfg: RecordConfig, rid: int, prom
             logits = pair.target.extend(ctx)
             pair.draft.extend(ctx)
             if pos == 0:
-                root = int(logits[-1].argmax())
+                root = int(cfg.sampler.draw(logits[-1:], rid, np.zeros(1, np.int64))[0])
         if cfg.stop_at_eos and root in pair.eos_ids:
             break
         tree = expand_tree(pair.draft, root, cfg.depth, cfg.topk, cfg.max_nodes, pair.target.vocab_size)
-        ver = verify_tree(pair.target, pair.capture, tree)
+        # a node at depth d of the tree at `pos` draws the token of generated index pos + d + 1 (sampler.py)
+        draw = None if cfg.sampler.greedy else (lambda lg, d, p=pos: cfg.sampler.draw(lg, rid, p + 1 + d))
+        ver = verify_tree(pair.target, pair.capture, tree, next_tokens=draw)
         rec.add(rid, pos, len(prompt) + pos, tree, ver)
         root = int(ver.target_next[0])
         pos += 1

@@ -8,6 +8,7 @@ plus the root: the root's key is the same as if it had been decoded alone.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,7 +23,7 @@ from tracer.tree import Tree
 class Verified:
     """What the target says about each node of a tree."""
 
-    target_next: np.ndarray  # int64 (n,): argmax after seq(node)
+    target_next: np.ndarray  # int64 (n,): argmax after seq(node), or its sample at T > 0
     target_logprob: np.ndarray  # float32 (n,): log p(token | seq(parent)); NaN for the root
     experts: np.ndarray  # int16 (n, moe_layers, top_k), descending gate weight
     gates: np.ndarray  # float32 (n, moe_layers, top_k)
@@ -30,8 +31,10 @@ class Verified:
 
 
 @torch.inference_mode()
-def verify_tree(target: CachedLM, capture: RouterCapture, tree: Tree, keep_logits: bool = False) -> Verified:
-    """Run `tree` through the target after its cached context; leave context + root cached."""
+def verify_tree(target: CachedLM, capture: RouterCapture, tree: Tree, keep_logits: bool = False,
+                next_tokens: Callable[[torch.Tensor, np.ndarray], np.ndarray] | None = None) -> Verified:
+    """Run `tree` through the target after its cached context; leave context + root cached. `next_tokens(logits,
+    depths)` picks each node's `target_next` (a sampler.Sampler's draw at T > 0); the argmax by default."""
     ctx = len(target)
     pos = torch.from_numpy(tree.depths) + ctx
     with capture.capture():
@@ -45,7 +48,5 @@ def verify_tree(target: CachedLM, capture: RouterCapture, tree: Tree, keep_logit
     nxt = logits.argmax(dim=-1)
     host = torch.stack([nxt.double(), tlp.double()]).cpu().numpy()
     target.keep(ctx + 1)
-    return Verified(
-        host[0].astype(np.int64), host[1].astype(np.float32), experts, gates,
-        logits if keep_logits else None,
-    )
+    chosen = host[0].astype(np.int64) if next_tokens is None else next_tokens(logits, tree.depths)
+    return Verified(chosen, host[1].astype(np.float32), experts, gates, logits if keep_logits else None)

@@ -23,16 +23,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from ecosim.catalog.hf_layers import MIXED
 from ecosim.catalog.shape import GROUP_LIMITED, Arch, ModelShape, gqa_params, group_limit_problem
 from ecosim.errors import EcoSimError
 
-SUPPORTED = ("deepseek_v2", "deepseek_v3", "glm4_moe", "gpt_oss", "granitemoe", "kimi_k2", "llama4", "llama4_text",
-             "mixtral", "olmoe", "phimoe", "qwen2_moe", "qwen3_moe")
+SUPPORTED = ("deepseek_v2", "deepseek_v3", "gemma4", "gemma4_text", "glm4_moe", "gpt_oss", "granitemoe", "kimi_k2",
+             "llama4", "llama4_text", "minimax_m2", "mixtral", "olmoe", "phimoe", "qwen2_moe", "qwen3_5_moe",
+             "qwen3_5_moe_text", "qwen3_moe", "qwen3_next")
+# Multimodal wrappers whose language model is their text_config, and the type that text model is read as.
+_WRAPPED = {"llama4": "llama4_text", "qwen3_5_moe": "qwen3_5_moe", "gemma4": "gemma4"}
 # Model types that are another type's architecture under their own name, read as that type: Kimi-K2 "reuses
 # DeepSeekV3CausalLM" and names itself kimi_k2 only so engines can tell it apart; its deploy guidance says to set
 # model_type to deepseek_v3 where an engine does not know it
 # (https://huggingface.co/moonshotai/Kimi-K2-Instruct/blob/main/docs/deploy_guidance.md).
-_SAME_AS = {"kimi_k2": "deepseek_v3"}
+_SAME_AS = {"kimi_k2": "deepseek_v3", "qwen3_5_moe_text": "qwen3_5_moe", "gemma4_text": "gemma4"}
 _MLA = ("deepseek_v2", "deepseek_v3")
 # Types whose MoE layers are the ones from first_k_dense_replace on (and every moe_layer_freq-th, as DeepSeek's own
 # modeling code and vLLM's / SGLang's DeepseekV2 decoder layer read it: layer_idx % moe_layer_freq == 0);
@@ -105,7 +109,7 @@ def _moe_layers(family: str, c: dict[str, Any], layers: int) -> tuple[int, ...]:
     if family in _FIRST_K_DENSE:
         first, every = _int(c, "first_k_dense_replace", 0), max(_int(c, "moe_layer_freq", 1), 1)
         ids = [i for i in range(layers) if i >= first and i % every == 0]
-    elif family in ("qwen2_moe", "qwen3_moe"):  # (layer + 1) % decoder_sparse_step == 0, outside mlp_only_layers
+    elif family in ("qwen2_moe", "qwen3_moe", "qwen3_next"):  # (layer + 1) % decoder_sparse_step == 0, outside mlp_only_layers
         step, dense = max(_int(c, "decoder_sparse_step", 1), 1), set(_ints(c, "mlp_only_layers") or [])
         ids = [i for i in range(layers) if i not in dense and (i + 1) % step == 0]
     elif family == "llama4_text":  # moe_layers if given, else every interleave_moe_layer_step-th from step - 1
@@ -172,23 +176,26 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelShape
     if model_type not in SUPPORTED:
         raise _unsupported(model_type)
     text = cfg
-    if model_type == "llama4":  # the multimodal wrapper: the language model is its text_config
+    if model_type in _WRAPPED:  # a multimodal wrapper: the language model is its text_config
         text = cfg.get("text_config")
         if not isinstance(text, dict):
-            raise EcoSimError("config.json (llama4): no text_config object")
-    family = "llama4_text" if model_type == "llama4" else _SAME_AS.get(model_type, model_type)
+            raise EcoSimError(f"config.json ({model_type}): no text_config object")
+    family = _WRAPPED.get(model_type) or _SAME_AS.get(model_type, model_type)
+    if family == "gemma4" and not text.get("enable_moe_block"):
+        raise EcoSimError("config.json (gemma4): enable_moe_block is not set: a dense Gemma-4, not a MoE model")
     experts = _int(text, "n_routed_experts", 0, "num_local_experts", "num_experts")
     if experts == 0:
         raise EcoSimError(f"config.json ({family}): no routed experts (n_routed_experts, num_local_experts or "
                           f"num_experts): not a MoE model; supported MoE model types: {', '.join(SUPPORTED)}")
-    top_k = _int(text, "num_experts_per_tok", None, "experts_per_token")
+    top_k = _int(text, "num_experts_per_tok", None, "experts_per_token", "top_k_experts")
     if not 1 <= top_k <= experts:
         raise EcoSimError(f"config.json: num_experts_per_tok {top_k} must lie in [1, {experts}]")
     layers, hidden, vocab = _size(text, "num_hidden_layers"), _size(text, "hidden_size"), _size(text, "vocab_size")
     moe_layers = _moe_layers(family, text, layers)
-    attn, kv = _attention(family, text, hidden)
+    mixed = MIXED.get(family)
+    attn, kv, state = mixed(text, hidden, layers) if mixed else (*_attention(family, text, hidden), 0)
     dense = len(moe_layers) < layers  # some layers have a dense MLP
-    if family in _FIRST_K_DENSE or family in ("qwen2_moe", "qwen3_moe"):
+    if family in _FIRST_K_DENSE or family in ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "gemma4"):
         moe_inter = _size(text, "moe_intermediate_size")
         dense_inter = _int(text, "intermediate_size") if dense else 0
     else:  # Mixtral, PhiMoE, OLMoE, gpt-oss, Granite-MoE, Llama-4: intermediate_size is one expert's
@@ -197,15 +204,19 @@ def shape_from_config(cfg: dict[str, Any], name: str, source: str) -> ModelShape
     shared, shared_inter = 0, None
     if family in _FIRST_K_DENSE:  # n_shared_experts of moe_intermediate_size each (one MLP of n times the width)
         shared = _int(text, "n_shared_experts", 0)
-    elif family == "qwen2_moe":  # one shared MLP of its own width
+    elif family in ("qwen2_moe", "qwen3_next", "qwen3_5_moe"):  # one shared MLP of its own width
         shared_inter = _int(text, "shared_expert_intermediate_size", 0)
         shared = 1 if shared_inter else 0
     elif family == "llama4_text":  # one shared MLP as wide as an expert
         shared = 1
+    elif family == "gemma4":  # every layer runs its dense MLP beside the experts: a shared expert of that width
+        shared, shared_inter = 1, _size(text, "intermediate_size")
     expert_bpp, dense_bpp, plain = _bytes_per_param(cfg, text)
     n_group, topk_group = _group_limits(family, text, experts, top_k)
     own = None if (n_group, topk_group) == GROUP_LIMITED.get(family, (0, 0)) else (n_group, topk_group)
     arch = Arch(layers, moe_layers[0], experts, top_k, shared, hidden, moe_inter, dense_inter, vocab, attn, kv,
                  expert_bpp, dense_bpp, lm_head_bytes_per_param=plain, kv_bytes_per_elem=plain,
-                 moe_layer_ids=moe_layers, shared_inter=shared_inter, router_bytes_per_param=plain)
+                 moe_layer_ids=moe_layers, shared_inter=shared_inter, router_bytes_per_param=plain,
+                 attn_params_total=attn if mixed else None, kv_per_token_total=kv if mixed else None,
+                 state_elems=state)
     return arch.shape(name, family, source, *(own or (None, None)))

@@ -166,6 +166,12 @@ class Arch:
     moe_layer_ids: tuple[int, ...] | None = None
     shared_inter: int | None = None
     router_bytes_per_param: float = 2.0
+    # Layers of several kinds (hf_layers.py): attention parameters and cached elements per token summed over the
+    # layers (in place of layers x the per-layer figures), and the elements of recurrent state (linear-attention
+    # layers) a step reads and writes whatever the context, charged like weights at the dense dtype, twice.
+    attn_params_total: int | None = None
+    kv_per_token_total: int | None = None
+    state_elems: int = 0
 
     def shape(self, name: str, family: str, source: str, n_group: int | None = None,
               topk_group: int | None = None) -> ModelShape:
@@ -173,8 +179,10 @@ class Arch:
         n_moe = len(moe_layers)
         expert_params = self.fused_expert_params or 3 * self.hidden * self.moe_inter
         expert_bytes = round(expert_params * self.expert_bytes_per_param)
+        attn = self.attn_params_total if self.attn_params_total is not None else self.layers * self.attn_params
+        kv = self.kv_per_token_total if self.kv_per_token_total is not None else self.layers * self.kv_per_token_per_layer
         dense_params = (
-            self.layers * self.attn_params
+            attn
             + (self.layers - n_moe) * 3 * self.hidden * self.dense_inter
             + n_moe * self.shared * 3 * self.hidden * (self.shared_inter or self.moe_inter)
         )
@@ -183,6 +191,7 @@ class Arch:
             dense_params * self.dense_bytes_per_param
             + router_bytes
             + self.vocab * self.hidden * self.lm_head_bytes_per_param
+            + 2 * self.state_elems * self.kv_bytes_per_elem  # read and written once a step
         )
         return ModelShape(
             name=name,
@@ -197,7 +206,7 @@ class Arch:
             vocab_size=self.vocab,
             expert_bytes=expert_bytes,
             dense_bytes=dense_bytes,
-            kv_bytes_per_token=round(self.layers * self.kv_per_token_per_layer * self.kv_bytes_per_elem),
+            kv_bytes_per_token=round(kv * self.kv_bytes_per_elem),
             bytes_per_param=self.expert_bytes_per_param,
             source=source,
             n_group=n_group,

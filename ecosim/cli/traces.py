@@ -22,7 +22,8 @@ from ecosim.routing.scale import RoutingShape, scaled_start
 from ecosim.routing.data import is_routing_dir, read_routing
 from ecosim.routing.importers import import_routing
 from ecosim.synth import SynthConfig, write_synthetic
-from ecosim.synth_draft import DRAFTS, get_draft
+from ecosim.synth_draft import DRAFTS, default_draft, dense_draft, get_draft
+from ecosim.catalog.accept_table import choose, lookup
 from ecosim.trace.io import check_trace, find_traces, provenance_of, read_trace
 from ecosim.tree_config import TREE, TreeShape
 
@@ -78,6 +79,27 @@ def inspect(
     wide_console().print(t)
 
 
+def _published_acceptance(shape, draft: str, depth: int | None, topk: int | None, use: bool):
+    """The published acceptance length synth matches when the user names a --draft but gives no --accept-len
+    (accept_table.py), saying where it comes from; without --draft (the default draft) the figure is only pointed at,
+    so a trace generated without naming a draft keeps --accept per node, as it always has."""
+    entries, whence = lookup(shape, draft)
+    e = choose(entries, depth, topk)
+    if e is None:
+        print(f"acceptance: no published figure for {draft} on {shape.name} or its family; --accept per node as given "
+              "(give --accept-len with its source)")
+        return None
+    if not use:
+        print(f"acceptance: --accept per node as given; a published figure exists ({e.describe()}): "
+              f"add --draft {draft} to match it")
+        return None
+    print(f"acceptance: {e.describe()}; {whence}; --accept-len overrides")
+    if (depth is not None and depth != e.steps) or (topk is not None and topk != e.topk):
+        Console(stderr=True).print(f"warning: that figure was measured at {e.steps} steps, top-k {e.topk}; it is matched over "
+                                   f"this trace's own tree (depth {depth or TREE.depth}, top-k {topk or TREE.topk})", highlight=False, soft_wrap=True)
+    return e
+
+
 @app.command()
 def synth(
     out: Annotated[Path, typer.Argument(help="Directory to write the trace to (with --calibrate: the preset .json to write).")],
@@ -86,11 +108,13 @@ def synth(
     positions: Annotated[int, typer.Option(min=1, help="Positions per request (with --routing: at most).")] = 256,
     depth: Annotated[int | None, typer.Option(min=1, max=64, help=TreeShape.help("depth") + f" Default {TREE.depth}, or the --draft's.")] = None,
     topk: Annotated[int | None, typer.Option(min=1, max=64, help=TreeShape.help("topk") + f" Default {TREE.topk}, or the --draft's.")] = None,
-    max_nodes: Annotated[int, typer.Option(min=1, max=4096, help=TreeShape.help("max_nodes"))] = TREE.max_nodes,
+    max_nodes: Annotated[int | None, typer.Option(min=1, max=4096, help=TreeShape.help("max_nodes") + f" Default {TREE.max_nodes}, or the draft tokens of the published acceptance used.")] = None,
     accept: Annotated[float, typer.Option(min=0.0, max=1.0, help="P(the target's next token is one of a node's draft children); overridden by --accept-len or the --draft's published figure.")] = 0.8,
-    accept_len: Annotated[float | None, typer.Option(min=1.0, help="Mean accepted tokens per step to match (a published acceptance length of the imitated draft).")] = None,
+    accept_len: Annotated[float | None, typer.Option(min=1.0, help="Mean accepted tokens per step to match (a published acceptance length of the imitated draft). Default: the draft's own figure, else the published table's for this model or its family (catalog/data/published.json; the source is printed), else --accept per node.")] = None,
     draft: Annotated[str | None, typer.Option(help=f"Draft kind imitated ({', '.join(DRAFTS)}): its bytes per level go in the manifest; default mtp for DeepSeek-V3, eagle3 otherwise.")] = None,
+    draft_model: Annotated[Path | None, typer.Option(help="A separate dense draft model's config.json (or its folder): its bytes and layers price each draft level (implies --draft model).")] = None,
     confidence: Annotated[float, typer.Option(min=0.01, max=0.99, help="Mean draft probability of the top child.")] = 0.6,
+    temperature: Annotated[float, typer.Option(min=0.0, max=100.0, help="Label the trace sampled at this temperature (target-only verification, trace format version 3); needs --accept-len measured at that temperature, since sampling lowers acceptance (traces-sampled/ halves it on the committed pair).")] = 0.0,
     preset: Annotated[str | None, typer.Option(help="Routing knobs from a preset (a shipped model name or a .json from --calibrate); default: the model's shipped preset; 'none' for the knobs below.")] = None,
     skew: Annotated[float | None, typer.Option(min=0.0, help="Zipf exponent of expert popularity (0 = uniform); default from the preset, else 1.0.")] = None,
     token_affinity: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Weight of the token's own experts; default from the preset, else 0.5.")] = None,
@@ -120,12 +144,31 @@ def synth(
     knobs.update({k: v for k, v in given.items() if v is not None})
     if knobs["token_affinity"] + knobs["parent_affinity"] > 1:
         fail("--token-affinity + --parent-affinity must be at most 1")
+    if draft_model is not None and draft not in (None, "model"):
+        fail(f"--draft-model is a separate draft model: it goes with --draft model, not --draft {draft}")
+    if temperature > 0 and accept_len is None:
+        fail(f"--temperature {temperature:g}: give --accept-len measured at that temperature (sampling lowers "
+             "acceptance; a greedy figure would overstate it)")
+    if draft == "model" and draft_model is None:
+        fail("--draft model is a separate draft model: give its config.json with --draft-model PATH")
+    dense = dense_draft(str(draft_model)) if draft_model is not None else None
+    if dense is not None:
+        draft = "model"
     d = get_draft(draft) if draft else None
-    cfg = SynthConfig(requests, positions, depth or (d.depth if d and d.depth else TREE.depth), topk or (d.topk if d and d.topk else TREE.topk),
-                      max_nodes, accept, confidence, gates=gates, seed=seed, draft=draft,
-                      accept_len=accept_len if accept_len is not None else (d.accept_len if d else None),
+    published = None
+    if accept_len is None and not (d and d.accept_len):
+        published = _published_acceptance(shape, draft or default_draft(shape), depth, topk, use=draft is not None)
+    tree = (published.steps, published.topk, published.draft_tokens) if published else (None, None, None)
+    cfg = SynthConfig(requests, positions, depth or (d.depth if d and d.depth else tree[0] or TREE.depth),
+                      topk or (d.topk if d and d.topk else tree[1] or TREE.topk), max_nodes or tree[2] or TREE.max_nodes,
+                      accept, confidence, gates=gates, seed=seed, draft=draft, draft_model=dense, temperature=temperature,
+                      accept_len=accept_len if accept_len is not None else (d.accept_len if d else None) or (published.accept_len if published else None),
                       preset=source, **knobs)
     print("routing knobs: " + ", ".join(f"{k}={v:g}" for k, v in knobs.items()) + f" ({source})")
+    if source == "defaults":
+        Console(stderr=True).print(f"warning: no routing preset fits {shape.name} ({shape.num_experts} experts, top-{shape.top_k}): "
+                                   "routing uses the generator's untuned default knobs (fit one with --calibrate, or --preset)",
+                                   highlight=False, soft_wrap=True)
     t0 = time.perf_counter()
     if routing is not None:
         path = write_hybrid(out, shape, cfg, read_routing(routing) if is_routing_dir(routing) else import_routing(routing))

@@ -14,7 +14,8 @@ import numpy as np
 
 from ecosim.catalog.shape import group_limit_problem
 from ecosim.errors import EcoSimError
-from ecosim.trace.schema import FORMAT, MANIFEST, MANIFEST_KEYS, MODEL_KEYS, NODES, POSITIONS, PROVENANCES, READABLE_VERSIONS
+from ecosim.trace.schema import (FORMAT, MANIFEST, MANIFEST_KEYS, MODEL_KEYS, NODES, POSITIONS, PROVENANCES, READABLE_VERSIONS,
+                                 SAMPLED_RULES, SAMPLED_VERSION)
 
 
 class TraceError(EcoSimError):
@@ -45,6 +46,27 @@ def _type_ok(x: Any, want: type | tuple[type, ...]) -> bool:
         except OverflowError:  # an int too large for a float
             return False
     return isinstance(x, want)
+
+
+def _check_decoding(d: dict[str, Any], version: int) -> None:
+    """greedy, or (version 3 on) a continuation sampled at temperature > 0 under a rule that replays exactly."""
+    mode = d.get("mode")
+    if mode == "greedy":
+        return
+    if mode != "sample":
+        raise TraceError(MANIFEST, f"must be 'greedy' or 'sample', not {mode!r}", column="decoding.mode")
+    if version < SAMPLED_VERSION:
+        raise TraceError(MANIFEST, f"a sampled trace is version {SAMPLED_VERSION}; version {version} records greedy "
+                         "decoding only", column="decoding.mode")
+    t, top_p, top_k = d.get("temperature"), d.get("top_p", 1.0), d.get("top_k", 0)
+    if not _type_ok(t, (int, float)) or not 0 < t <= 100:
+        raise TraceError(MANIFEST, "must be a number in (0, 100]", column="decoding.temperature")
+    if not _type_ok(top_p, (int, float)) or not 0 < top_p <= 1:
+        raise TraceError(MANIFEST, "must be a number in (0, 1]", column="decoding.top_p")
+    if not _is_int(top_k) or top_k < 0:
+        raise TraceError(MANIFEST, "must be a whole number >= 0", column="decoding.top_k")
+    if d.get("verify") not in SAMPLED_RULES:
+        raise TraceError(MANIFEST, f"must be one of {', '.join(SAMPLED_RULES)}", column="decoding.verify")
 
 
 def check_manifest(m: Any) -> None:
@@ -97,8 +119,7 @@ def check_manifest(m: Any) -> None:
         why = group_limit_problem(model.get("n_group"), model.get("topk_group"), model["num_experts"], model["top_k"])
         if why:
             raise TraceError(MANIFEST, why, column="model.n_group")
-    if m["decoding"].get("mode") != "greedy":
-        raise TraceError(MANIFEST, "version 1 records greedy decoding only", column="decoding.mode")
+    _check_decoding(m["decoding"], m["version"])
     seen: set[int] = set()
     for i, r in enumerate(m["requests"]):
         col = f"requests[{i}]"

@@ -10,7 +10,11 @@ import pyarrow as pa
 
 FORMAT = "ecosim-trace"
 VERSION = 2  # written; version 1 (no `provenance`: derived from `synthetic`) is still read
-READABLE_VERSIONS = (1, 2)
+SAMPLED_VERSION = 3  # written for a continuation sampled at T > 0 (decoding mode "sample"), which version 2 cannot hold
+READABLE_VERSIONS = (1, 2, 3)
+# The verification rule under which a sampled trace replays exactly (ecosim/sampling.py): draw the target's token,
+# continue into the child that has it; greedy replay's rule on the sampled continuation.
+SAMPLED_RULES = ("target-only",)
 # Where a trace's routing comes from: a recording, a real continuation with generated rejected
 # branches, or the generator alone (docs/TRACE_FORMAT.md, Versions).
 PROVENANCES = ("real", "hybrid", "synthetic")

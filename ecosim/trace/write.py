@@ -29,6 +29,7 @@ from ecosim.trace.schema import (
     NODES,
     POSITION_COLUMNS,
     POSITIONS,
+    SAMPLED_VERSION,
     VERSION,
     experts_width,
     node_schema,
@@ -43,7 +44,8 @@ def full_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
         rest["provenance"] = {"kind": "synthetic" if rest["synthetic"] else "real", "source": ""}
     rest.setdefault("recorded_on", {})
     rest.setdefault("decoding", {"mode": "greedy"})
-    return {"format": FORMAT, "version": VERSION, **rest}
+    sampled = isinstance(rest["decoding"], dict) and rest["decoding"].get("mode") == "sample"
+    return {"format": FORMAT, "version": SAMPLED_VERSION if sampled else VERSION, **rest}
 
 
 def _fixed_list(a: np.ndarray, dtype: Any, width: int) -> pa.FixedSizeListArray:

@@ -1,0 +1,73 @@
+"""Published acceptance lengths, for a synthetic trace whose user has none at hand.
+
+A speculative setting's answer moves with its acceptance length (mean tokens per verification step), and most
+people asking "is speculation worth it on my model" have no figure of their own. The published measurements table
+(data/published.json, every row with its URL and the quote read there) already holds the acceptance lengths that
+came with batch-1 runs; this module reads them as a table keyed by (model, draft kind, steps, top-k, draft
+tokens), so there is one home for each figure: a row added to the table is a figure `synth` can use.
+
+`lookup` prefers the same model, then the same family (same architecture and router), and says which it took;
+`choose` picks the setting the user's tree asks for, else the largest tree measured (the trace is then recorded
+with that setting's shape, so the figure is matched on the tree it was measured on).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from ecosim.catalog.models import MODELS, ModelShape
+
+PUBLISHED = Path(__file__).parent / "data" / "published.json"
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    model: str  # catalogue shape the row's setting is simulated on
+    draft: str  # draft kind (synth_draft.DRAFTS)
+    steps: int
+    topk: int
+    draft_tokens: int
+    accept_len: float
+    row: str  # published.json row id
+    url: str
+
+    def describe(self) -> str:
+        return (f"{self.accept_len:g} tokens/step, published for {self.model} + {self.draft} at {self.steps} steps, "
+                f"top-k {self.topk}, {self.draft_tokens} draft tokens (row {self.row}: {self.url})")
+
+
+@cache
+def table(path: Path = PUBLISHED) -> tuple[Acceptance, ...]:
+    """Every distinct published (model, draft, setting, acceptance length) a simulated row carries."""
+    rows = json.loads(path.read_text())["rows"]
+    seen: dict[tuple, Acceptance] = {}
+    for r in rows:
+        sim, steps, n = r.get("sim") or {}, r.get("num_steps"), r.get("num_draft_tokens")
+        acc = sim.get("accept_len") or r.get("accept_len")
+        if not acc or sim.get("model") not in MODELS or not sim.get("draft") or not steps or not n:
+            continue
+        e = Acceptance(sim["model"], sim["draft"], int(steps), int(sim.get("topk") or r.get("topk") or 1), int(n),
+                       float(acc), r["id"], r.get("url") or "")
+        seen.setdefault((e.model, e.draft, e.steps, e.topk, e.draft_tokens, e.accept_len, e.url), e)
+    return tuple(seen.values())
+
+
+def lookup(shape: ModelShape, draft: str) -> tuple[list[Acceptance], str]:
+    """The published figures of `draft` on this shape's model, else on its family; and which it was."""
+    same = [e for e in table() if e.draft == draft and e.model == shape.name]
+    if same:
+        return same, f"measured on {shape.name}"
+    family = [e for e in table() if e.draft == draft and MODELS[e.model].family == shape.family]
+    return family, (f"measured on {family[0].model}, the nearest model of the {shape.family} family" if family else "")
+
+
+def choose(entries: list[Acceptance], depth: int | None, topk: int | None) -> Acceptance | None:
+    """The figure measured at the user's (depth, top-k) where one was, else the one measured on the largest tree."""
+    if not entries:
+        return None
+    match = [e for e in entries if (depth is None or e.steps == depth) and (topk is None or e.topk == topk)]
+    pool = match or entries
+    return max(pool, key=lambda e: (e.draft_tokens, e.steps, e.topk, e.accept_len))

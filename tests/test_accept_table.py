@@ -1,0 +1,95 @@
+"""Published acceptance lengths (ecosim/catalog/accept_table.py) and `synth` using them, as a spec.
+
+The table is read from the published measurements (one home per figure); `synth --draft D` without
+`--accept-len` matches the figure of D on the same model (else its family), on the tree it was measured with, and
+prints where it comes from; without `--draft` it only points at it; where none exists it says so.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ecosim.catalog.accept_table import choose, lookup, table
+from ecosim.catalog.models import get_model
+from ecosim.cli import main
+from ecosim.trace.io import read_trace
+
+
+def test_the_table_is_the_published_rows_that_carry_an_acceptance_length():
+    entries = table()
+    gpt = [e for e in entries if e.model == "gpt-oss-120b" and e.draft == "eagle3"]
+    assert [(e.steps, e.topk, e.draft_tokens, e.accept_len) for e in gpt] == [(3, 1, 4, 2.41)]
+    mtp = sorted((e.steps, e.accept_len) for e in entries if e.draft == "mtp" and "trtllm" in e.row)
+    assert mtp == [(1, 1.92), (2, 2.58), (3, 2.82), (4, 2.99), (5, 3.01)]  # one figure per setting, not per metric
+    assert all(e.url.startswith("http") for e in entries)
+
+
+def test_lookup_prefers_the_model_then_its_family_and_choose_the_users_setting():
+    same, whence = lookup(get_model("gpt-oss-120b"), "eagle3")
+    assert {e.model for e in same} == {"gpt-oss-120b"} and whence == "measured on gpt-oss-120b"
+    fam, whence = lookup(get_model("qwen3-235b-a22b"), "eagle3")
+    assert {e.model for e in fam} == {"qwen3-30b-a3b"} and "qwen3_moe family" in whence
+    assert choose(fam, 3, 1).accept_len == 1.86  # SpecForge's 3/1/4 chain
+    largest = choose(fam, None, None)
+    assert largest.draft_tokens == max(e.draft_tokens for e in fam)
+    assert lookup(get_model("mixtral-8x7b"), "eagle3") == ([], "")
+
+
+def test_synth_with_a_named_draft_matches_the_published_figure_and_says_where_from(tmp_path, capsys):
+    out = tmp_path / "t"
+    assert main(["synth", str(out), "--model", "gpt-oss-120b", "--draft", "eagle3", "--requests", "2",
+                 "--positions", "40"]) == 0
+    said = capsys.readouterr().out
+    assert "acceptance: 2.41 tokens/step" in said and "specdrift-gptoss120b-h100-eagle3-bs1" in said
+    m = read_trace(out, validate=False).manifest
+    assert m["draft"]["accept_len"] == 2.41
+    assert (m["tree"]["depth"], m["tree"]["topk"], m["tree"]["max_nodes"]) == (3, 1, 4)
+
+
+def test_synth_without_a_draft_keeps_accept_per_node_and_points_at_the_figure(tmp_path, capsys):
+    out = tmp_path / "t"
+    assert main(["synth", str(out), "--model", "gpt-oss-120b", "--requests", "1", "--positions", "20"]) == 0
+    said = capsys.readouterr().out
+    assert "add --draft eagle3 to match it" in said
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["draft"]["accept_len"] is None and m["draft"]["accept"] == 0.8
+
+
+def test_no_published_figure_is_said_and_untuned_routing_warned(tmp_path, capsys):
+    out = tmp_path / "t"
+    assert main(["synth", str(out), "--model", "olmoe-1b-7b", "--draft", "eagle3", "--preset", "none",
+                 "--requests", "1", "--positions", "20"]) == 0
+    captured = capsys.readouterr()
+    assert "no published figure for eagle3 on olmoe-1b-7b" in captured.out
+    assert "untuned default knobs" in captured.err and len(captured.err.strip().splitlines()) == 1
+
+
+def test_a_separate_draft_model_is_priced_from_its_own_config(tmp_path, capsys):
+    """Qwen3-0.6B's sizes: 28 layers of GQA 16/8 heads of 128 and a 3,072-wide MLP at hidden 1,024, vocabulary
+    151,936: 28 x (1024*16*128*2 + 1024*8*128*2 + 3*1024*3072) + 151936*1024 = 595,984,384 parameters, BF16."""
+    cfg = {"model_type": "qwen3", "num_hidden_layers": 28, "hidden_size": 1024, "intermediate_size": 3072,
+           "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+           "tie_word_embeddings": True, "dtype": "bfloat16"}
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "config.json").write_text(json.dumps(cfg))
+    out = tmp_path / "t"
+    assert main(["synth", str(out), "--model", "qwen3-30b-a3b", "--draft-model", str(tmp_path / "d"),
+                 "--accept-len", "2.5", "--requests", "1", "--positions", "20"]) == 0
+    d = json.loads((out / "manifest.json").read_text())["draft"]
+    assert (d["kind"], d["params"], d["bytes"], d["layers"]) == ("model", 595_984_384, 2 * 595_984_384, 28)
+    capsys.readouterr()
+    assert main(["synth", str(tmp_path / "u"), "--model", "qwen3-30b-a3b", "--draft", "model"]) == 2
+    assert "--draft-model PATH" in capsys.readouterr().err and not (tmp_path / "u").exists()
+    assert main(["synth", str(tmp_path / "v"), "--model", "qwen3-30b-a3b", "--draft-model",
+                 str(tmp_path / "nothing")]) == 2
+
+
+def test_synth_at_a_temperature_is_labelled_sampled_and_needs_its_acceptance(tmp_path, capsys):
+    out = tmp_path / "t"
+    assert main(["synth", str(out), "--model", "olmoe-1b-7b", "--temperature", "0.7", "--requests", "1",
+                 "--positions", "20"]) == 2
+    assert "--accept-len measured at that temperature" in capsys.readouterr().err and not out.exists()
+    assert main(["synth", str(out), "--model", "olmoe-1b-7b", "--temperature", "0.7", "--accept-len", "2.3",
+                 "--requests", "1", "--positions", "20"]) == 0
+    m = read_trace(out).manifest  # validated: a version-3 sampled trace
+    assert m["version"] == 3 and m["decoding"]["mode"] == "sample" and m["decoding"]["temperature"] == 0.7
