@@ -8,6 +8,8 @@
 Benchmarks, in the order they run (each module's docstring defines its figures):
 
     replay     replay_throughput.py  positions/s per policy vs one numpy pass over the routing, 3 shapes
+    speed      speed.py              each policy cold and warm vs a numpy union pass, evict vs confidence on
+                                     257-node trees, all-policy peak RSS vs the trace's size
     engines    engines.py            simpy engine vs fast engine on a no-contention case
     sweep      sweeps.py             configurations per minute, local executor and Ray (2 CPUs)
     sweep1000  sweeps.py             the 1,000-configuration sweep over the 10k-position DeepSeek trace
@@ -34,7 +36,7 @@ from pathlib import Path
 
 from bench.common import ROOT, ROUTING, SHAPES, Report, synthetic
 
-BENCHES = ("replay", "engines", "sweep", "sweep1000", "tracer", "memory", "quality", "quality-host")
+BENCHES = ("replay", "speed", "engines", "sweep", "sweep1000", "tracer", "memory", "quality", "quality-host")
 
 
 def machine() -> dict[str, object]:
@@ -120,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
 
                 for shape in SHAPES:
                     replay_throughput.measure(report, shape, synthetic(cache, shape, requests, positions), repeat)
+            elif name == "speed":
+                from bench import speed
+
+                speed.run(report, cache, args.quick, repeat)
             elif name == "engines":
                 from bench import engines
 

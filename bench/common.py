@@ -78,12 +78,15 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-def synthetic(cache: Path, model: str, requests: int, positions: int, max_nodes: int = 60, seed: int = 0) -> Path:
+def synthetic(cache: Path, model: str, requests: int, positions: int, max_nodes: int = 60, seed: int = 0,
+              extra: tuple[str, ...] = ()) -> Path:
     """A synthetic trace of `model`'s shape with its shipped routing preset (`ecosim synth`), generated
-    once into `cache` and reused; the cache key holds the preset's hash, so a refitted preset regenerates."""
-    d = cache / f"{model}-r{requests}-p{positions}-n{max_nodes}-s{seed}-preset{preset_hash(model)}"
+    once into `cache` and reused; the cache key holds the preset's hash, so a refitted preset regenerates.
+    `extra`: more `ecosim synth` options (in the key too)."""
+    more = "".join(f"-{a.lstrip('-')}" for a in extra)
+    d = cache / f"{model}-r{requests}-p{positions}-n{max_nodes}-s{seed}{more}-preset{preset_hash(model)}"
     return _generate(d, ["--model", model, "--requests", str(requests), "--positions", str(positions),
-                         "--max-nodes", str(max_nodes), "--seed", str(seed)])
+                         "--max-nodes", str(max_nodes), "--seed", str(seed), *extra])
 
 
 def hybrid(cache: Path, routing: Path, requests: int, positions: int, max_nodes: int = 60, seed: int = 0) -> Path:
@@ -121,8 +124,9 @@ def disk_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def peak_rss(args: list[str]) -> tuple[float, dict[str, Any]]:
-    """Run `ecosim ARGS` in a fresh child that reports its own peak RSS: (bytes, its JSON output).
+def peak_rss(args: list[str], parse: bool = True) -> tuple[float, dict[str, Any]]:
+    """Run `ecosim ARGS` in a fresh child that reports its own peak RSS: (bytes, its JSON output,
+    or {} when not `parse`).
 
     VmHWM (not ru_maxrss, which Linux carries across exec from the parent) is the child's own peak.
     """
@@ -134,4 +138,4 @@ def peak_rss(args: list[str]) -> tuple[float, dict[str, Any]]:
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"ecosim {' '.join(args)} failed: {out.stderr.strip()[-500:]}")
-    return float(out.stderr.strip().splitlines()[-1]) * 1024.0, json.loads(out.stdout)
+    return float(out.stderr.strip().splitlines()[-1]) * 1024.0, json.loads(out.stdout) if parse else {}

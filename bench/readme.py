@@ -41,6 +41,9 @@ def render(doc: dict) -> str:
                            f"| {figs[f'{b}.cold_ratio']['value']:.3f} | ≥ {tgt} | {met(f'{b}.warm_ratio')} | {met(f'{b}.cold_ratio')} |")
         out.append("")
 
+    if "speed.union_pass_s" in figs:
+        out += _speed(figs, met)
+
     rows = []
     for k, f in figs.items():
         if k.split(".")[0] in ("engines", "sweep", "sweep1000", "tracer", "memory"):
@@ -112,6 +115,37 @@ def host_tables(figs: dict) -> list[str]:
                        f"| {g('auto_of_reference_min')['value']:.3f}{mark('auto_of_reference_min')} "
                        f"| {g('confidence_over_ar')['value']:.3f}x | {g('auto_over_llamacpp')['value']:.3f}x |")
         out.append("")
+
+
+def _speed(figs: dict, met) -> list[str]:
+    """bench/speed.py's figures: each policy cold, warm and called again, over the union pass."""
+    labels = {"ar": "ar", "confidence": "confidence b16", "ecospec": "ecospec b16 λ0.5 token",
+              "ecospec_oracle": "ecospec b16 λ0.5 oracle", "ecospec_auto": "ecospec-auto token", "evict": "evict",
+              "oracle": "oracle"}
+    floor = figs["speed.union_pass_s"]
+    out = [f"Union pass: {floor['value'] * 1e3:.0f} ms ({floor['note']}).", "",
+           "| policy | cold / union pass | warm / union pass | `ecosim.replay` again / union pass | target (warm, cold) "
+           "| warm | cold |", "|---|---:|---:|---:|---|---|---|"]
+    for p, label in labels.items():
+        b = f"speed.{p}"
+        if f"{b}.cold_over_union" not in figs:
+            continue
+        c, w = figs[f"{b}.cold_over_union"], figs[f"{b}.warm_over_union"]
+        a = figs.get(f"{b}.api_repeat_over_union")
+        again = "" if a is None else f"{a['value']:.2f}"
+        target = f"≤ {w['target'].split()[1]}, ≤ {c['target'].split()[1]}" if c["target"] else ""
+        out.append(f"| {label} | {c['value']:.2f} ({c['note']}) | {w['value']:.2f} ({w['note']}) "
+                   f"| {again} | {target} | {met(f'{b}.warm_over_union')} "
+                   f"| {met(f'{b}.cold_over_union')} |")
+    out.append("")
+    out += ["| figure | value | target | | what |", "|---|---:|---|---|---|"]
+    for k in ("speed.wide.evict_over_confidence", "speed.wide.evict_over_union", "speed.baseline_mb",
+              "speed.all_policy_peak_mb", "speed.beyond_baseline_over_disk", "engines.des_over_fast",
+              "engines.des_events_over_fast"):
+        if k in figs:
+            f = figs[k]
+            out.append(f"| `{k}` | {_f(f['value'], 4)} {f['unit']} | {f['target'] or ''} | {met(k)} | {f['note']} |")
+    out.append("")
     return out
 
 

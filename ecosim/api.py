@@ -108,7 +108,7 @@ def replay(traces: Paths, policy: str | PolicySpec | Sequence[str | PolicySpec] 
         bw = parse_quantity(bw, "bandwidth")
     device = get_device(hardware).replace(hbm_bw=bw)
     config = with_host(cost or CostConfig(), host, dtype)
-    replays = [TraceReplay(at_steps(t, draft_steps)) for t in found]
+    replays = [TraceReplay(at_steps(t, draft_steps)) if draft_steps else TraceReplay.of(t) for t in found]
     results = compare(replays, specs, device, parse_placement(placement), config)
     rows = [_record(r.spec, row) for r in results for row in r.rows]
     if total or (total is None and len(found) > 1):
@@ -179,7 +179,7 @@ def unions(traces: Paths, policy: str | PolicySpec | Sequence[str | PolicySpec],
     specs = _specs(policy, knobs)
     rows = []
     for t in _traces(traces):
-        r = TraceReplay(t)  # one per trace: its trees and pick orders serve every policy
+        r = TraceReplay.of(t)  # one per trace: its trees and pick orders serve every policy
         for spec in specs:
             tokens = float(r.trees.selected_count(r.selection(spec)).mean())
             rows.append({"trace": t.name, **spec.columns(), "label": spec.label(full=True), "tokens": tokens,

@@ -12,6 +12,14 @@ but as events on timelines:
   its own copy, which is what the fast engine prices.
 With one request at a time and no prefetch both engines price every step with the same formulas
 in the same order, so their totals agree to rounding (a test holds them to 1e-9).
+
+Where nothing interleaves (one request verified at a time: `max_batch` 1, or sequential arrivals,
+under which only one request is ever active, so `max_batch` batches nothing; and no prefetch under
+offload) and no timeline is asked for, the events are not run: the steps are priced as the fast
+engine prices them and one compiled loop advances the clock exactly as the events would (each
+layer's slowest device, its collectives, its copy, then the rest of the step, added to the clock
+in the same order), so every figure is the event engine's, bit for bit (tests/test_speed.py runs
+both), at about the fast engine's speed.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import simpy
+from numba import njit
 
 from ecosim import bitsets
 from ecosim.cost import CostModel, host_layer_times
@@ -42,6 +51,12 @@ class DesConfig:
     max_batch: int = 1
     prefetch: bool = False
     seed: int = 0
+    timeline: bool = False  # keep the Chrome trace events (runs the events even where nothing interleaves)
+
+    @property
+    def interleaves(self) -> bool:
+        """Whether two requests can share a forward: a batch, with arrivals that let two be active."""
+        return self.max_batch > 1 and self.arrivals != "sequential"
 
 
 # Time to first token needs the prefill's cost; a trace records the decoded positions only (no
@@ -252,6 +267,8 @@ def des_run(replay: TraceReplay, spec: PolicySpec, cost: CostModel, cfg: DesConf
     if cfg.max_batch < 1:
         raise EcoSimError(f"--max-batch must be >= 1, got {cfg.max_batch}")
     steps = replay.steps(spec, cost)
+    if not (cfg.timeline or cfg.interleaves or (cost.placement.stateful and cfg.prefetch)):
+        return _one_at_a_time(replay, steps, cost, cfg)
     env = simpy.Environment()
     server = _Server(env, replay, steps, cost, cfg)
     times = arrival_times(cfg.arrivals, len(server.order), cfg.seed)
@@ -277,3 +294,79 @@ def des_run(replay: TraceReplay, spec: PolicySpec, cost: CostModel, cfg: DesConf
     latencies = [server.finished[r] - server.arrived[r] for r in server.order]
     return DesResult(row, latencies, float(env.now), server.events, server.n_steps,
                      [server.first_step[r] for r in server.order], server.inter_token)
+
+
+def _one_at_a_time(replay: TraceReplay, steps: Steps, cost: CostModel, cfg: DesConfig) -> DesResult:
+    """The event engine's figures where one request is verified at a time and nothing overlaps
+    (see the module docstring): requests are served first come, first served, each to its end."""
+    m = replay.trace.model
+    ids = [int(r["request_id"]) for r in replay.trace.manifest["requests"]]
+    per_request = [np.flatnonzero(steps.request == rid) for rid in ids]
+    order = [rid for rid, q in zip(ids, per_request) if len(q)]
+    queues = {rid: q for rid, q in zip(ids, per_request)}
+    at = arrival_times(cfg.arrivals, len(order), cfg.seed)
+    if at is None:
+        served, arrive = order, np.full(len(order), -1.0)  # -1: when the previous request finishes
+    else:
+        ranked = sorted(zip(order, at), key=lambda x: x[1])
+        served, now, arrive = [r for r, _ in ranked], 0.0, np.empty(len(ranked))
+        for i, (_, t) in enumerate(ranked):  # the arrival process's clock: now + (t - now), as its timeouts add
+            if t > now:
+                now = now + (t - now)
+            arrive[i] = now
+    idx = np.concatenate([queues[r] for r in served]) if served else np.zeros(0, dtype=np.int64)
+    bounds = np.cumsum([0] + [len(queues[r]) for r in served])
+    union = cost.placement.union_per_group(steps.bits[idx], m.num_experts)
+    device = cost.device_layer_times(union, steps.verified[idx]).max(axis=-1)
+    a2a = cost.collective_time(steps.verified[idx])
+    copy = np.zeros((0, device.shape[1]))
+    misses = 0
+    if cost.placement.stateful:
+        cache = cost.placement.cache(m)
+        assert cache is not None
+        missed = cache.walk(steps.bits[idx])
+        misses, copy = int(missed.sum()), cost.copy_time(missed)
+    other = cost.other_times(steps.verified[idx], steps.context[idx], speculative=False)
+    other = other + np.where(steps.speculative[idx], cost.draft_time(speculative=True), 0.0)
+    end, arrived, busy = _clock(device, copy, a2a, other, bounds, arrive)
+    loads = int(bitsets.count(steps.bits).sum()) if len(steps) else 0
+    row = make_row(replay.trace, steps, len(steps.tokens), loads, misses, busy)
+    first = bounds[:-1]
+    last = bounds[1:] - 1
+    later = np.ones(len(idx), dtype=bool)
+    later[first] = False
+    tokens = steps.tokens[idx].astype(np.int64)
+    gaps = np.diff(end, prepend=0.0)[later] / tokens[later]
+    inter_token = np.repeat(gaps, tokens[later]).tolist()
+    by_request = dict(zip(served, zip(arrived, end[first], end[last])))
+    return DesResult(row, [float(by_request[r][2] - by_request[r][0]) for r in order],
+                     float(end[-1]) if len(end) else 0.0, [], len(idx),
+                     [float(by_request[r][1] - by_request[r][0]) for r in order], inter_token)
+
+
+@njit(cache=True)
+def _clock(device, copy, a2a, other, bounds, arrive):
+    """The event clock over steps served one at a time: (end of each step, arrival of each request,
+    busy seconds). A request arrives at `arrive` (-1: when the previous one finishes) and its steps
+    run back to back; within a step the clock adds each layer's copy (when there is one), its
+    slowest device and its collectives, then the rest of the step, as the events' timeouts do."""
+    end = np.empty(device.shape[0])
+    arrived = np.empty(len(bounds) - 1)
+    now, busy = 0.0, 0.0
+    has_copy = copy.shape[0] > 0
+    for r in range(len(bounds) - 1):
+        if arrive[r] >= 0.0 and arrive[r] > now:
+            now = arrive[r]
+        arrived[r] = arrive[r] if arrive[r] >= 0.0 else now
+        for i in range(bounds[r], bounds[r + 1]):
+            start = now
+            for layer in range(device.shape[1]):
+                if has_copy and copy[i, layer] > 0:
+                    now = now + copy[i, layer]
+                now = now + device[i, layer]
+                if a2a[i] > 0:
+                    now = now + a2a[i]
+            now = now + other[i]
+            busy += now - start
+            end[i] = now
+    return end, arrived, busy

@@ -16,8 +16,10 @@ that produced the selection, only on the selection itself.
 from __future__ import annotations
 
 import hashlib
+import stat
 from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -68,12 +70,20 @@ class TraceReplay:
             self._trees = Trees(self.trace)
         return self._trees
 
+    @classmethod
+    def of(cls, trace: Trace) -> TraceReplay:
+        """A replay of `trace` that shares the per-trace work and priced rows of every earlier
+        `of(trace)` (kept with the trace, as long as it lives): a repeated `ecosim.replay` of one
+        Trace pays for its trees, predictions and tables once, and then only for its selections."""
+        return trace.derived("replay", lambda: cls(trace)).view()
+
     def predictor(self, name: str) -> ExpertPredictor:
-        """A predictor by name (the ones given first), loaded once per trace."""
-        return self.memo.get(TRACE, ("predictor", name), lambda: self.predictors.get(name) or get_predictor(name))
+        """A predictor by name (the ones given first), loaded once per trace (and per version of
+        a predictor file: a retrained file is loaded again)."""
+        return self.memo.get(TRACE, ("predictor", name, *_stamp(name)), lambda: self.predictors.get(name) or get_predictor(name))
 
     def predicted(self, name: str) -> np.ndarray:
-        return self.memo.get(TRACE, ("predicted", name), lambda: self.predictor(name).predict(self.trace))
+        return self.memo.get(TRACE, ("predicted", name, *_stamp(name)), lambda: self.predictor(name).predict(self.trace))
 
     def context(self, cost: CostModel | None = None) -> Context:
         return Context(self.trees, self.trace.model, self.predicted, self.predictor,
@@ -271,6 +281,16 @@ class TraceReplay:
         """What a priced row depends on besides the cost: the selection, and the steps its steps
         draft (the policy's drafting rule and own steps)."""
         return (self.digest(spec, cost), spec.policy.drafting_key(spec.values))
+
+
+def _stamp(name: str) -> tuple[int, ...]:
+    """A predictor file's (modification time, size), so kept predictions follow a retrained file;
+    () for a predictor named by kind."""
+    try:
+        st = Path(name).stat()
+    except (OSError, ValueError):
+        return ()
+    return (st.st_mtime_ns, st.st_size) if stat.S_ISREG(st.st_mode) else ()
 
 
 def _digest(selected: np.ndarray) -> bytes:

@@ -28,12 +28,50 @@ from ecosim.trace.read import node_file
 # bitsets (as large again for top-8 of 256), Parquet decoding and the selection's temporaries.
 # Measured with bench/memory.py (peak RSS above the ~100 MB of the interpreter and libraries).
 WORKING_SET = 8
+# `ecosim replay` without --max-memory says when a trace's working set would take more than this
+# share of the memory available as it starts, and what --max-memory to give. It does not switch by
+# itself: a piece holds fewer requests, so what a policy fits on the whole trace (the acceptance
+# calibration, a predictor trained on the other requests, evict's profile) would differ.
+AUTO_SHARE = 0.5
 
 
 def max_rows(path: Path, max_memory: float) -> int:
     manifest = read_manifest(path)
     gates = node_file(path).schema_arrow.get_field_index("gates") >= 0  # a damaged file: one line naming it
     return max(1, int(max_memory // (WORKING_SET * row_bytes(manifest, gates))))
+
+
+def available_memory() -> float | None:
+    """Bytes of memory available to a new allocation now (Linux's MemAvailable); None elsewhere."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def auto_budget(path: Path, available: float | None = None) -> float | None:
+    """The memory budget to replay `path` in pieces within, when its whole replay's working set
+    (node rows x bytes per row x WORKING_SET) would exceed AUTO_SHARE of the available memory and
+    its largest request fits that share; None: replay it whole."""
+    import pyarrow.parquet as pq
+
+    available = available_memory() if available is None else available
+    if not available:
+        return None
+    budget = AUTO_SHARE * available
+    manifest = read_manifest(path)
+    gates = pq.read_schema(path / "nodes.parquet").get_field_index("gates") >= 0
+    per_row = WORKING_SET * row_bytes(manifest, gates)
+    rows = pq.read_metadata(path / "nodes.parquet").num_rows
+    if rows * per_row <= budget:
+        return None
+    positions = pq.read_table(path / "positions.parquet", columns=["request_id", "n_nodes"])
+    per_request = np.bincount(np.unique(positions["request_id"].to_numpy(), return_inverse=True)[1],
+                              positions["n_nodes"].to_numpy().astype(np.int64))
+    return budget if per_request.max(initial=0) * per_row <= budget else None
 
 
 def concat(parts: list[Steps]) -> Steps:

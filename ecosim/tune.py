@@ -83,13 +83,13 @@ def step_counts(traces: list[Trace]) -> list[int]:
 
 
 def tune(traces: list[Trace], price: Callable[[Trace], CostModel], predictor: str,
-         steps: Sequence[int] | None = None) -> dict[str, Candidate]:
+         steps: Sequence[int] | None = None, predictors: dict[str, dict] | None = None) -> dict[str, Candidate]:
     """Every candidate's total over the traces; keys: `ar`, `auto S=s` and one per static tree.
     `price` gives a trace's cost model (of the cut trace: its depth is the setting's steps)."""
     ar = [TraceReplay(t) for t in traces]
     out: dict[str, Candidate] = {"ar": Candidate("ar", total([r.run(PolicySpec("ar"), price(r.trace)) for r in ar]))}
     for s in steps or step_counts(traces):
-        replays = [TraceReplay(at_steps(t, s)) for t in traces]
+        replays = [TraceReplay(at_steps(t, s), predictors=(predictors or {}).get(t.name, {})) for t in traces]
         costs = [price(r.trace) for r in replays]
         draft = {r.trace.name: c.draft_time(True) for r, c in zip(replays, costs)}
         auto = PolicySpec("ecospec-auto", predictor=predictor)

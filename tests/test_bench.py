@@ -25,7 +25,13 @@ def expected() -> set[str]:
     for s in SHAPES:
         names |= {f"replay.{s}.{f}" for f in ("positions", "read_s", "numpy_pass_pos_per_s")}
         names |= {f"replay.{s}.{p}.{f}" for p in POLICIES for f in ("warm_pos_per_s", "warm_ratio", "cold_ratio")}
-    names |= {f"engines.{f}" for f in ("steps", "fast_s", "des_s", "des_over_fast", "agree_rel_diff")}
+    names |= {f"engines.{f}" for f in ("steps", "fast_s", "des_s", "des_events_s", "des_over_fast", "des_events_over_fast",
+                                        "agree_rel_diff")}
+    names |= {f"speed.{p}.{f}" for p in ("ar", "confidence", "ecospec", "ecospec_oracle", "ecospec_auto", "evict")
+              for f in ("cold_over_union", "warm_over_union", "api_repeat_over_union")}
+    names |= {f"speed.{f}" for f in ("union_pass_s", "oracle.cold_over_union", "oracle.warm_over_union",
+                                     "wide.evict_over_confidence", "wide.evict_over_union", "baseline_mb",
+                                     "all_policy_peak_mb", "beyond_baseline_over_disk")}
     names |= {"sweep.local.configs_per_min", "sweep.ray.configs_per_min", "sweep.ray_over_local", "sweep.ray_equals_local"}
     names |= {f"sweep1000.{f}" for f in ("configurations", "wall_s", "configs_per_min", "cpu_s")}
     names |= {f"tracer.{f}" for f in ("hooks_on_ms", "hooks_off_ms", "on_over_off")}

@@ -27,7 +27,7 @@ from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec, registry
 from ecosim.replay import TraceReplay
 from ecosim.simulate import Engine, PolicyResult, at_steps, compare, cost_model, step_draft_time
-from ecosim.stream import StreamedReplay
+from ecosim.stream import StreamedReplay, auto_budget
 from ecosim.units import parse_quantity
 from ecosim.verdict import verdict
 from ecosim.trace.io import find_traces, read_trace
@@ -84,7 +84,7 @@ def replay(
     cost: dict[str, str | None] | None = None,
     engine: Annotated[str, typer.Option(help="fast (vectorised numpy) or des (simpy events: batching, prefetch, per-device timelines).")] = "fast",
     arrivals: Annotated[str, typer.Option(help="des only: sequential, together, poisson:RATE (requests/s) or a JSON file of arrival seconds.")] = "sequential",
-    max_batch: Annotated[int, typer.Option(min=1, help="des only: requests verified together in one step.")] = 1,
+    max_batch: Annotated[int, typer.Option(min=1, help="des only: requests verified together in one step (requests must be active together to share one: with the default sequential arrivals only one is, so it batches nothing).")] = 1,
     prefetch: Annotated[bool, typer.Option(help="des only, offload: copy the next layer's misses while this layer computes.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="des only: write a Chrome/Perfetto trace of the first trace's timeline to FILE.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a timeline already at --timeline (any other file is never replaced).")] = False,
@@ -110,6 +110,10 @@ def replay(
         check_output(timeline, TIMELINE, force=force, flag="--timeline")
         if not timeline.parent.is_dir():
             fail(f"--timeline {timeline}: no folder {timeline.parent} to write it in")
+    if engine == "des" and max_batch > 1 and arrivals == "sequential":
+        typer.echo(f"note: --max-batch {max_batch} with --arrivals sequential: each request arrives when the previous one "
+                   "finishes, so one is active at a time and nothing is batched (the batch-1 answer); --arrivals together "
+                   "or poisson:RATE lets requests share a forward", err=True)
     specs = list(dict.fromkeys(PolicySpec(n, **knobs) for n in names))  # `--lambda auto` makes ecospec ecospec-auto
     device = HardwareArgs(hardware, bw, peak, link_bw, pcie_bw).device()
     place = parse_placement(placement_text(placement, devices))
@@ -127,10 +131,19 @@ def replay(
         for r in replays:
             r.trace  # a depth beyond the recorded one fails here, before any work
     elif engine == "des":
-        replays = [DesReplay(TraceReplay(at_steps(read_trace(p), draft_steps)), DesConfig(arrivals, max_batch, prefetch))
-                   for p in paths]
+        replays = [DesReplay(TraceReplay(at_steps(read_trace(p), draft_steps)),
+                             DesConfig(arrivals, max_batch, prefetch, timeline=timeline is not None)) for p in paths]
     else:
-        replays = [TraceReplay(at_steps(read_trace(p), draft_steps)) for p in paths]
+        replays = []
+        for p in paths:
+            budget = auto_budget(Path(p))
+            if budget is not None:  # said, not switched: a piece fits per-trace tables on fewer requests
+                size = f"{budget / 1e9:.1f}GB" if budget >= 1e9 else f"{max(budget / 1e6, 1):.0f}MB"
+                typer.echo(f"note: {Path(p).name} may not fit the {2 * budget / 1e9:.2f} GB of memory available; "
+                           f"--max-memory {size} replays it in pieces of whole requests (exact for policies "
+                           "that fit nothing on the whole trace: ar, confidence, ecospec with a predictor file or "
+                           "oracle, the bound)", err=True)
+            replays.append(TraceReplay(at_steps(read_trace(p), draft_steps)))
 
     knob_hints(knobs, specs, [r.trace.manifest for r in replays])  # legal but useless values: one warning each
     work = len(replays) * (len(specs) + 2)

@@ -15,9 +15,12 @@ from ecosim.cli.options import (
 )
 from ecosim.placements import parse_placement
 from ecosim.policies.knobs import PREDICTOR
-from ecosim.predictors import check_name
+from ecosim.predictors import KINDS, ExpertPredictor, check_name
+from ecosim.predictors.kfold import MIN_REQUESTS, KFoldPredictor
+from ecosim.predictors.view import request_ids
+from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
-from ecosim.trace.io import find_traces, read_trace
+from ecosim.trace.io import Trace, find_traces, read_trace
 from ecosim.trace.schema import provenance_notes
 from ecosim.tune import recommend, tune as tune_all
 from ecosim.tune_llamacpp import line as llamacpp_line
@@ -47,14 +50,20 @@ def tune(
     place = parse_placement(placement)
     config = cost_config(cost)
     found = [read_trace(p) for p in find_traces([str(p) for p in traces])]
+    given, notes = {}, []
     for t in found:
         cost_model(t, device, place, config)  # a placement that does not fit fails here, before any work
-    cands = tune_all(found, lambda t: cost_model(t, device, place, config), predictor)
+        own = in_sample(t, predictor)
+        if own:
+            given[t.name] = own
+            notes.append(f"{t.name} holds one request: predictor {predictor!r} is fitted in-sample on it (no other "
+                         "request to hold out), so the adaptive policy's figures on it are optimistic")
+    cands = tune_all(found, lambda t: cost_model(t, device, place, config), predictor, predictors=given)
     doc = recommend(cands)
     used = {k: v for k, v in cost_model(found[0], device, place, config).applied().items() if k != "draft_time_s"}
     draft: dict[str, float] = doc["draft_time_s"]  # type: ignore[assignment]  # the recommended setting's
     doc = {"hardware": device.name, "placement": str(place), "predictor": predictor,
-           "traces": [t.name for t in found], "used": {**used, "draft_time_s": draft, "draft_steps": doc["steps"]}, **doc}
+           "traces": [t.name for t in found], "used": {**used, "draft_time_s": draft, "draft_steps": doc["steps"]}, **doc, "notes": notes}
     engine = llamacpp(doc, place, cost_model(found[0], device, place, config).model,
                       found[0].manifest.get("draft", {}).get("name", "DRAFT"))
     if engine is not None:  # experts in host RAM: the llama.cpp / ik_llama.cpp flags (tune_llamacpp.py)
@@ -94,5 +103,13 @@ def tune(
         console.print(f"vLLM chain: num_speculative_tokens={v['num_speculative_tokens']}  ({v['speedup_vs_ar']:.3f}x plain){verdict}")
     if engine is not None:
         console.print(llamacpp_line(engine), markup=False, highlight=False)
-    for note in provenance_notes(t.provenance for t in found):
+    for note in [*notes, *provenance_notes(t.provenance for t in found)]:
         console.print(f"[yellow]{note}[/yellow]")
+
+
+def in_sample(trace: Trace, predictor: str) -> dict[str, ExpertPredictor]:
+    """The predictor to tune with on a trace too small to hold a request out: a kind trained on the
+    fly needs two requests, so on one it is fitted in-sample (the caller says so); {} otherwise."""
+    if predictor in KINDS and len(request_ids(trace)) < MIN_REQUESTS:
+        return {predictor: KFoldPredictor(predictor, in_sample=True)}
+    return {}

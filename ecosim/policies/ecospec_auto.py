@@ -1,6 +1,6 @@
 """`ecospec-auto` (`ecospec --lambda auto` in the issue): the selections of greatest expected tokens
 per second over the run, each step scored at the running rate, (1 + E[accepted]) - lambda t_step,
-with calibrated values and costs in seconds (auto.py holds the growth and why Dinkelbach's
+with calibrated values and costs in seconds (ecosim/auto: why Dinkelbach's
 theorem makes this the throughput optimum; marginal.py the pricing; acceptance.py the values;
 union_scale.py the predicted experts' correction). No knob to sweep: the predictor and the kind
 of value only.
@@ -30,7 +30,8 @@ def values(ctx: Context, kind: str) -> np.ndarray:
     return node_values(ctx.trees, kind, cal)
 
 
-def _key(ctx: Context) -> tuple:
+def pricing_key(ctx: Context) -> tuple:
+    """What a per-trace table priced by the cost model is kept under (beside its own name)."""
     c = ctx.cost
     assert c is not None
     return (c.model, c.device, c.placement, c.config, c.tree_depth, c.draft)
@@ -39,13 +40,13 @@ def _key(ctx: Context) -> tuple:
 def pricer(ctx: Context) -> StepPricer:
     c = ctx.cost
     assert c is not None
-    return ctx.memo(("pricer", *_key(ctx)), lambda: StepPricer.of(c, int(ctx.trees.n_nodes.max(initial=1))))
+    return ctx.memo(("pricer", *pricing_key(ctx)), lambda: StepPricer.of(c, int(ctx.trees.n_nodes.max(initial=1))))
 
 
 def other(ctx: Context) -> np.ndarray:
     """(trees, nodes + 2) seconds outside the routed experts by tokens verified: once per trace and pricing."""
     t = ctx.trees
-    return ctx.memo(("auto other", *_key(ctx)), lambda: pricer(ctx).other(
+    return ctx.memo(("auto other", *pricing_key(ctx)), lambda: pricer(ctx).other(
         t.trace.positions["context_len"].astype(np.int64), int(t.n_nodes.max(initial=1))))
 
 
@@ -75,7 +76,7 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
     experts = t.trace.experts_3d()
     out = np.full(t.n_rows, -1, dtype=np.int64), np.zeros(t.n_trees, dtype=np.int64)  # reused, tree by tree
     one = np.zeros(1, dtype=np.int64)
-    rate = np.zeros(2)  # the exchange rate carried along every request's trajectory (auto.py)
+    rate = np.zeros(2)  # the exchange rate carried along every request's trajectory (ecosim/auto)
     for _, sl in t.request_slices():
         pos = sl.start
         while pos < sl.stop:
@@ -94,5 +95,5 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
 
 
 POLICY = Policy("ecospec-auto", "Per step, the subtree of most expected tokens per second at the run's own "
-                "running rate: calibrated acceptance, cost in seconds, no lambda to tune (auto.py).",
+                "running rate: calibrated acceptance, cost in seconds, no lambda to tune (ecosim/auto).",
                 knobs=(PREDICTOR, VALUE), select=select, priced=True, drafting="before", weight=lambda knobs, pricings: 10.0 + pricings)

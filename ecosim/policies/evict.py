@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from numba import njit
+
 from ecosim import bitsets
 from ecosim.cost import CostModel
 from ecosim.policies.base import Context, Knobs, Policy
-from ecosim.policies.confidence import confidence_rank, select_confidence
-from ecosim.policies.ecospec_auto import values
+from ecosim.policies.confidence import confidence_rank
+from ecosim.policies.ecospec_auto import pricing_key, values
 from ecosim.policies.knobs import VALUE
 from ecosim.tree import Trees
+
+CHUNK = 1 << 21  # (entry, layer, group) counts priced at a time: bounded temporaries
 
 
 def union_counts(trees: Trees, selected: np.ndarray, cost: CostModel) -> np.ndarray:
@@ -32,15 +36,84 @@ def union_counts(trees: Trees, selected: np.ndarray, cost: CostModel) -> np.ndar
 
 
 def profiled_cost(trees: Trees, rank: np.ndarray, cost: CostModel, max_budget: int) -> np.ndarray:
-    """C(k), k = 0..max_budget: mean priced step time (no draft) of `confidence` at budget k."""
-    ctx = trees.trace.positions["context_len"].astype(np.int64)
+    """C(k), k = 0..max_budget: mean priced step time (no draft) of `confidence` at budget k.
+
+    Grown one budget at a time rather than re-selected per budget: from k to k + 1 each tree adds
+    its node of rank k (a tree with fewer nodes keeps its whole selection, and its time). So one
+    compiled pass walks each tree in rank order, ORing each node into the tree's union and writing
+    the union's size per group after it: one entry per row of the trace, where selecting and
+    packing again at every budget grew with the square of the tree size. Every entry is priced
+    once (elementwise, as pricing the whole selection at once would), and C(k) is the mean over
+    the trees of their entry at min(k, nodes - 1), the same array as the direct computation, so
+    the same float (tests/test_speed.py keeps the direct form as the reference).
+    """
+    m, p = cost.model, cost.placement
+    size = np.minimum(trees.n_nodes - 1, max_budget)  # picks each tree makes by the largest budget
+    first = np.concatenate([[0], np.cumsum(size + 1)])  # entry of (tree, k) = first[tree] + k
+    ranked = np.flatnonzero((trees.depth > 0) & (rank < max_budget))
+    ranked = ranked[np.lexsort((rank[ranked], trees.tree_of_row[ranked]))]  # by tree, then rank
+    group = bitsets.device_of_expert(m.num_experts, p.groups) if p.groups > 1 else np.zeros(m.num_experts, dtype=np.int64)
+    experts = trees.trace.experts_3d()
+    tokens = np.arange(first[-1]) - np.repeat(first[:-1], size + 1) + 1  # tokens verified: k + 1
+    ctx = np.repeat(trees.trace.positions["context_len"].astype(np.int64), size + 1)
+    table = _layer_table(cost, int(size.max(initial=0)) + 1)
+    times = np.empty(int(first[-1]))
+    bulk = np.cumsum((size + 1) * m.num_moe_layers * p.groups)  # counts up to each tree, for the pieces
+    t0 = 0
+    while t0 < trees.n_trees:  # trees t0..t1 at a time (at least one)
+        t1 = max(t0 + 1, int(np.searchsorted(bulk, (bulk[t0 - 1] if t0 else 0) + CHUNK, side="right")))
+        e0, e1 = int(first[t0]), int(first[t1])
+        union = np.zeros((e1 - e0, m.num_moe_layers, p.groups), dtype=np.int64)
+        _grown_unions(experts, trees.start[t0:t1], ranked[first[t0] - t0 : first[t1] - t1], first[t0 : t1 + 1] - e0,
+                      group.astype(np.int64), union)
+        n = tokens[e0:e1]
+        layers = table[union[..., 0], n[:, None]] if table is not None else cost.layer_times(union, n)
+        times[e0:e1] = layers.sum(axis=1) + cost.other_times(n, ctx[e0:e1], speculative=False)
+        t0 = t1
     out = np.zeros(max_budget + 1)
     for k in range(max_budget + 1):
-        sel = select_confidence(trees, k, rank=rank)
-        n = trees.selected_count(sel)
-        times = cost.layer_times(union_counts(trees, sel, cost), n).sum(axis=1) + cost.other_times(n, ctx, speculative=False)
-        out[k] = float(times.mean())
+        out[k] = float(times[first[:-1] + np.minimum(k, size)].mean())
     return out
+
+
+def _layer_table(cost: CostModel, max_tokens: int) -> np.ndarray | None:
+    """F(u, n): one MoE layer's seconds reading u experts for n tokens, (experts + 1, max_tokens + 1),
+    priced by `layer_times` itself (elementwise, so each entry is the float it prices for a step);
+    None under several groups (a layer waits for the slowest: not a function of one count) or
+    when the table would be large."""
+    e = cost.model.num_experts
+    if cost.placement.groups > 1 or (e + 1) * (max_tokens + 1) > CHUNK:
+        return None
+    u = np.repeat(np.arange(e + 1), max_tokens + 1)
+    n = np.tile(np.arange(max_tokens + 1), e + 1)
+    return cost.layer_times(u[:, None, None], n)[:, 0].reshape(e + 1, max_tokens + 1)
+
+
+@njit(cache=True)
+def _grown_unions(experts, start, ranked, first, group, union):
+    """union[first[t] + k] = distinct experts per (layer, group) of tree t's root and its first k
+    nodes in `ranked` order (rows grouped by tree, in rank order); `group` (experts,) the group
+    holding each expert."""
+    L = experts.shape[1]
+    seen = np.zeros((L, len(group)), dtype=np.bool_)
+    count = np.zeros((L, union.shape[2]), dtype=np.int64)
+    j = 0
+    for t in range(len(start)):
+        seen[:] = False
+        count[:] = 0
+        r = start[t]
+        for e in range(first[t], first[t + 1]):
+            if e > first[t]:
+                r = ranked[j]
+                j += 1
+            for l in range(L):
+                for i in range(experts.shape[2]):
+                    x = experts[r, l, i]
+                    if 0 <= x < len(group) and not seen[l, x]:
+                        seen[l, x] = True
+                        count[l, group[x]] += 1
+                for g in range(union.shape[2]):
+                    union[e, l, g] = count[l, g]
 
 
 def evict_prefix(v: np.ndarray, size: np.ndarray, profile: np.ndarray, draft: float) -> np.ndarray:
@@ -55,8 +128,8 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
     t, cost = ctx.trees, ctx.cost
     assert cost is not None
     kmax = int(t.n_nodes.max(initial=1)) - 1
-    rank = ctx.memo(("confidence_rank",), lambda: confidence_rank(t))
-    c = profiled_cost(t, rank, cost, kmax)
+    rank = ctx.memo("confidence rank", lambda: confidence_rank(t))  # the key confidence keeps it under
+    c = ctx.memo(("evict profile", *pricing_key(ctx)), lambda: profiled_cost(t, rank, cost, kmax))  # no knob in it
     value = values(ctx, knobs["value"])
     nonroot = t.depth > 0
     table = np.zeros((t.n_trees, kmax + 1))

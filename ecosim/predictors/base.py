@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from ecosim.errors import EcoSimError
 from ecosim.predictors.candidates import Candidates
@@ -106,14 +107,37 @@ def top_ids(scores: np.ndarray, k: int) -> np.ndarray:
     if k >= E or k > 32:
         order = np.argsort(-scores.astype(np.float64), axis=-1, kind="stable")
         return order[..., : min(k, E)]
-    work = np.maximum(scores, np.float32(-3e38), dtype=np.float32).reshape(-1, E)  # a copy; -inf marks what is taken
-    rows = np.arange(len(work))
-    out = np.empty((len(work), k), dtype=np.int64)
-    for j in range(k):
-        i = work.argmax(axis=-1)
-        out[:, j] = i
-        work[rows, i] = -np.inf
-    return out.reshape(*scores.shape[:-1], k)
+    if k <= 0:
+        return np.empty((*scores.shape[:-1], 0), dtype=np.int64)
+    work = np.maximum(scores, np.float32(-3e38), dtype=np.float32).reshape(-1, E)  # -inf ranks as the least finite
+    return _top_k(work, k).reshape(*scores.shape[:-1], k)
+
+
+@njit(cache=True)
+def _top_k(work, k):
+    """Per row, the k largest values' indices, best first, ties to the lower index: one compiled
+    pass per row keeping the k best seen so far in order (a later equal value never displaces an
+    earlier one), what k passes of argmax, each masking its pick, give."""
+    n, E = work.shape
+    out = np.empty((n, k), dtype=np.int64)
+    best = np.empty(k, dtype=np.float32)
+    for r in range(n):
+        have = 0
+        for e in range(E):
+            v = work[r, e]
+            if have == k and not v > best[k - 1]:
+                continue
+            j = have - 1 if have < k else k - 2  # the last kept slot that may move down
+            while j >= 0 and best[j] < v:
+                if j + 1 < k:
+                    best[j + 1] = best[j]
+                    out[r, j + 1] = out[r, j]
+                j -= 1
+            best[j + 1] = v
+            out[r, j + 1] = e
+            if have < k:
+                have += 1
+    return out
 
 
 def multi_hot(ids: np.ndarray, num_experts: int, dtype: Any = np.float32) -> np.ndarray:

@@ -5,7 +5,8 @@ it predicts: the trace's requests are dealt into `folds` folds by a seeded permu
 rows of each fold are predicted by a model fitted on the other folds' requests of the same trace.
 That is honest (no request is predicted in-sample) at the price of fitting `folds` models per
 trace, and of training on fewer requests than a predictor file fitted on other traces would have.
-A trace with a single request cannot be predicted this way: train a file on other traces.
+A trace with a single request cannot be predicted this way: train a file on other traces, or
+(`in_sample=True`, what `ecosim tune` does on such a trace, saying so) fit the one request on itself.
 """
 
 from __future__ import annotations
@@ -38,12 +39,14 @@ def check_requests(n: int, kind: str, where: str) -> None:
 class KFoldPredictor(ExpertPredictor):
     """Fits `kind` `folds` times per trace, each fold's requests predicted by the others' model."""
 
-    def __init__(self, kind: str, folds: int = FOLDS, seed: int = 0, selection: Selection = Selection(), **options: Any):
+    def __init__(self, kind: str, folds: int = FOLDS, seed: int = 0, selection: Selection = Selection(),
+                 in_sample: bool = False, **options: Any):
         if kind not in KINDS:
             raise EcoSimError(f"unknown predictor kind {kind!r}; known: {', '.join(KINDS)}")
         if folds < 2:
             raise EcoSimError(f"leave-requests-out needs at least 2 folds, got {folds}")
         self.kind, self.folds, self.seed, self.selection, self.options = kind, folds, seed, selection, options
+        self.in_sample = in_sample  # a trace of one request: fit it on itself instead of refusing
         self.name = kind
         self._trace: str | None = None  # fingerprint of the trace the fitted models are for
         self._models: dict[int, Any] = {}  # fold -> model fitted on the other folds' requests
@@ -63,7 +66,8 @@ class KFoldPredictor(ExpertPredictor):
             shape = Shape.of(trace)
             self._models = {}
             for f in sorted(set(fold_of.values())):
-                train_rows = request_mask(trace, [r for r, g in fold_of.items() if g != f])
+                others = [r for r, g in fold_of.items() if g != f] or list(fold_of)  # none: in-sample (one request)
+                train_rows = request_mask(trace, others)
                 self._models[f] = fit(self.kind, shape, TrainingRows.gather([(trace, train_rows)]), self.selection,
                                       seed=self.seed, **self.options)
                 self._models[f].prepare(trace)  # e.g. the token table's per-token sets: one-time work, not per candidate
@@ -71,11 +75,14 @@ class KFoldPredictor(ExpertPredictor):
         return self._fold_of, self._models
 
     def describe(self) -> str:
-        return f"{self.kind} (trained on the fly, {self.folds}-fold by request, {self.selection.describe()})"
+        how = f"{self.folds}-fold by request" + (", in-sample on a one-request trace" if self.in_sample else "")
+        return f"{self.kind} (trained on the fly, {how}, {self.selection.describe()})"
 
     def fold_of(self, trace: Trace) -> dict[int, int]:
         """Request id -> fold (a seeded deal of the trace's requests)."""
         reqs = request_ids(trace)
+        if self.in_sample and len(reqs) < MIN_REQUESTS:
+            return {r: 0 for r in reqs}
         check_requests(len(reqs), self.kind, str(trace.path))
         n = min(self.folds, len(reqs))
         perm = np.random.default_rng(self.seed).permutation(len(reqs))

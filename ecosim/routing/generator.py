@@ -126,11 +126,19 @@ class Router:
         kn = self.knobs
         m = len(token)
         free = 1.0 - kn.token_affinity - kn.parent_affinity
-        s = np.zeros((m, self.L, self.E), dtype=np.float32)
-        if free > 0:
-            s -= np.log(-np.log(self.rng.random(s.shape, dtype=np.float32).clip(1e-7, 1 - 1e-7)))
-            s += self.log_pop[None] + self.ctx[request]
+        if free > 0:  # in place, the same float32 operations in the same order: -log(-log(u)), + (pop + ctx), * free
+            s = self.rng.random((m, self.L, self.E), dtype=np.float32)
+            np.clip(s, 1e-7, 1 - 1e-7, out=s)
+            np.log(s, out=s)
+            np.negative(s, out=s)
+            np.log(s, out=s)
+            np.negative(s, out=s)
+            bias = np.take(self.ctx, request, axis=0)  # a copy: the context table stays as it is
+            np.add(self.log_pop[None], bias, out=bias)
+            s += bias
             s *= free
+        else:
+            s = np.zeros((m, self.L, self.E), dtype=np.float32)
         rows = np.arange(m)[:, None, None]
         lay = np.arange(self.L)[None, :, None]
         if kn.token_affinity > 0:
@@ -145,7 +153,7 @@ class Router:
             keep = np.argsort(-top2, axis=-1, kind="stable")[..., : kn.topk_group]
             mask = np.ones((m, self.L, kn.n_group), dtype=bool)
             np.put_along_axis(mask, keep, False, axis=-1)
-            s = np.where(np.repeat(mask, self.E // kn.n_group, axis=-1), -np.inf, s).astype(np.float32)
+            s[np.repeat(mask, self.E // kn.n_group, axis=-1)] = -np.inf
         part = np.argpartition(-s, self.k - 1, axis=-1)[..., : self.k] if self.k < self.E else np.broadcast_to(np.arange(self.E), s.shape).copy()
         pv = np.take_along_axis(s, part, axis=-1)
         o = np.lexsort((part, -pv), axis=-1)  # best first; ties by expert id (deterministic)

@@ -203,6 +203,7 @@ def read_trace(path: str | Path, *, validate: bool = True) -> Trace:
         raise TraceError(f"{path}/{POSITIONS}", f"n_nodes add up to {rows} rows but nodes.parquet has {filled}", column="n_nodes")
     if not nodes:
         nodes = empty_nodes(experts_width(manifest["model"]))
+    pa.default_memory_pool().release_unused()  # the decoded batches' memory: arrow's allocator keeps it otherwise
     return Trace(path, manifest, positions, nodes)
 
 
