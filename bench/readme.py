@@ -115,6 +115,7 @@ def host_tables(figs: dict) -> list[str]:
                        f"| {g('auto_of_reference_min')['value']:.3f}{mark('auto_of_reference_min')} "
                        f"| {g('confidence_over_ar')['value']:.3f}x | {g('auto_over_llamacpp')['value']:.3f}x |")
         out.append("")
+    return out
 
 
 def _speed(figs: dict, met) -> list[str]:

@@ -318,6 +318,8 @@ def _one_at_a_time(replay: TraceReplay, steps: Steps, cost: CostModel, cfg: DesC
     bounds = np.cumsum([0] + [len(queues[r]) for r in served])
     union = cost.placement.union_per_group(steps.bits[idx], m.num_experts)
     device = cost.device_layer_times(union, steps.verified[idx]).max(axis=-1)
+    if cost.host_mask is not None:  # layers whose experts the host computes (cpu-moe[:N], cpu): cost.py's host_layer_times
+        device[:, cost.host_mask] = host_layer_times(cost, union[:, cost.host_mask, 0], steps.verified[idx])
     a2a = cost.collective_time(steps.verified[idx])
     copy = np.zeros((0, device.shape[1]))
     misses = 0
@@ -327,7 +329,7 @@ def _one_at_a_time(replay: TraceReplay, steps: Steps, cost: CostModel, cfg: DesC
         missed = cache.walk(steps.bits[idx])
         misses, copy = int(missed.sum()), cost.copy_time(missed)
     other = cost.other_times(steps.verified[idx], steps.context[idx], speculative=False)
-    other = other + np.where(steps.speculative[idx], cost.draft_time(speculative=True), 0.0)
+    other = other + cost.draft_times(steps.drafted[idx])  # each step's own draft steps (policies/base.py DRAFTING_RULE)
     end, arrived, busy = _clock(device, copy, a2a, other, bounds, arrive)
     loads = int(bitsets.count(steps.bits).sum()) if len(steps) else 0
     row = make_row(replay.trace, steps, len(steps.tokens), loads, misses, busy)
