@@ -9,6 +9,7 @@ experts) with one edit each, through every command that reads it: replay, the st
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -415,7 +416,7 @@ def test_a_killed_sweep_leaves_no_worker_behind(tmp_path, base):
 ])
 def test_validate_and_tracer_refuse_out_of_range_numbers_before_any_work(capsys, tmp_path, prog, args, needle):
     pytest.importorskip("torch")
-    main = __import__(f"{prog}.cli", fromlist=["main"]).main
+    main = importlib.import_module(f"{prog}.cli").main
     try:
         code = main([a.replace("{D}", str(tmp_path)) for a in args])
     except SystemExit as e:  # tracer's main exits with the status

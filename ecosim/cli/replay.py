@@ -136,6 +136,7 @@ def replay(
     else:
         replays = []
         for p in paths:
+            trace = read_trace(p)  # checked first: a broken trace is refused by the gate, not by the size probe
             budget = auto_budget(Path(p))
             if budget is not None:  # said, not switched: a piece fits per-trace tables on fewer requests
                 size = f"{budget / 1e9:.1f}GB" if budget >= 1e9 else f"{max(budget / 1e6, 1):.0f}MB"
@@ -143,7 +144,7 @@ def replay(
                            f"--max-memory {size} replays it in pieces of whole requests (exact for policies "
                            "that fit nothing on the whole trace: ar, confidence, ecospec with a predictor file or "
                            "oracle, the bound)", err=True)
-            replays.append(TraceReplay(at_steps(read_trace(p), draft_steps)))
+            replays.append(TraceReplay(at_steps(trace, draft_steps)))
 
     knob_hints(knobs, specs, [r.trace.manifest for r in replays])  # legal but useless values: one warning each
     work = len(replays) * (len(specs) + 2)

@@ -53,6 +53,9 @@ class ServingSpec(Closed):
     spec_sync_s: Num(ge=0, le=1, doc="s of host work per speculative step exposed by its sync") = 0.0
     spec_overlap: Annotated[bool, Field(strict=True, description="the engine hides that host work (SGLang spec v2)")] = True
     draft_step_fixed_s: Num(ge=0, le=1, doc="older profiles' name of spec_sync_s (then not overlapped)", null=True) = None
+    host_layer_s: Num(ge=0, le=1, doc="s per MoE layer whose experts the host computes: the hidden states' round trip and sync") = 0.0
+    host_read_efficiency: Num(ge=0.001, le=1, doc="achieved fraction of the host's memory bandwidth on scattered expert reads") = 1.0
+    host_gemm_efficiency: Num(ge=0.001, le=1, doc="achieved fraction of the host's matrix throughput") = 1.0
     source: Str("where the profile comes from") = ""
     sources: Annotated[dict[str, str], Field(strict=True, description="per field, where its value comes from")] = {}
     fitted_on: Annotated[list[str], Field(strict=True, description="published rows the fitted fields were fitted on")] = []

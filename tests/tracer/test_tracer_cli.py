@@ -56,7 +56,7 @@ def test_unreachable_hub_is_detected_and_obeyed(monkeypatch):
 @pytest.mark.parametrize("args,needle", [
     (["record", "--model", "x", "--out", "o"], "Missing option '--prompts'"),
     (["record", "--model", "x", "--prompts", "P", "--out", "O", "--depth", "abc"], "--depth"),
-    (["record", "--model", "x", "--prompts", "P", "--out", "O", "--depth", "0"], "--depth 0"),
+    (["record", "--model", "x", "--prompts", "P", "--out", "O", "--depth", "0"], "--depth"),
     (["record", "--model", "x", "--prompts", "P", "--out", "O", "--max-nodes", "40000"], "--max-nodes"),
     (["record", "--model", "x", "--prompts", "P", "--out", "O", "--dtype", "int8"], "--dtype"),
     (["record", "--model", "x", "--prompts", "P", "--out", "O", "--attn", "flash"], "--attn"),
