@@ -155,6 +155,24 @@ def test_overhead_bound_model_gets_a_profile_with_a_warning():
     assert any("no bandwidth" in w for w in f.warnings)
 
 
+def test_overhead_bound_profile_is_one_the_gate_reads_back():
+    """No measurable bandwidth or compute: the profile stores the highest rates a profile may hold (the
+    same ~zero time per byte and FLOP), so `--hardware FILE` accepts what `validate calibrate` wrote."""
+    from ecosim.gate import check
+    from ecosim.gate.profiles import EFLOP_S, PB_S
+
+    truth = Device("t", 1e30, 0, 1e30, 1e30, 1, 1, step_overhead_s=3e-3, bw_efficiency=1.0, compute_efficiency=1.0,
+                   overlap="sum", draft_time_s=5e-3)
+    clock = FakeClock()
+    samples = measure(FakeBench(clock, truth, noise=0.0), clock, CalibConfig(repeats=1, contexts=(64,)))
+    f = fit(samples, SHAPE, "sum")
+    doc = profile(f, CalibConfig(repeats=1, contexts=(64,)), samples, SHAPE,
+                  {"name": "cpu", "memory_bytes": 1e10, "source": "test"})
+    assert doc["hbm_bw"] == PB_S and doc["peak_bf16"] == doc["peak_fp8"] == EFLOP_S and doc["link_bw"] == PB_S
+    assert doc["calibration"]["fit"]["bw"] == HUGE  # the fit itself still says "not measurable"
+    check("hardware profile", doc, "p.json")
+
+
 def test_trace_design_forces_recorded_subtrees(self_trace):
     """Cases cut from the recorded trees: ancestor-closed, their recorded routing, all strategies."""
     from validate.calibrate import trace_design

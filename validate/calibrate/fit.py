@@ -17,6 +17,7 @@ from ecosim.catalog.models import ModelShape
 from ecosim.catalog.serving import ServingProfile
 from ecosim.cost import CostConfig, CostModel
 from ecosim.errors import EcoSimError
+from ecosim.gate.profiles import EFLOP_S, PB_S
 from validate.calibrate.timing import Samples
 
 HUGE = 1e30  # bytes/s or FLOP/s standing for "no measurable time" (a zero coefficient in the fit)
@@ -136,11 +137,14 @@ def device_of(fit_: Fit, name: str, memory_bytes: float, link_bw: float | None =
     serving terms in the format of ecosim's serving profiles (catalog/serving.py): the measured step
     overhead and overlap, efficiencies 1 (the fitted rates are already achieved ones), and zero
     per-kernel and collective terms (one device, fitted as a whole step)."""
+    # a rate with no measurable time (HUGE) is stored as the highest one a profile may hold: the same
+    # zero time per byte or FLOP to within nanoseconds, and a file the input gate reads back
+    bw, peak = min(fit_.bw, PB_S), min(fit_.peak, EFLOP_S)
     serving = ServingProfile(name=f"calibrated {name}", step_fixed_s=fit_.overhead_s, overlap=fit_.overlap,
                              source=f"validate calibrate: {source}")
-    return Device(serving=serving, 
-        name=name, hbm_bw=fit_.bw, hbm_bytes=float(memory_bytes), peak_bf16=fit_.peak, peak_fp8=fit_.peak,
-        link_bw=float(link_bw or fit_.bw), pcie_bw=float(pcie_bw or fit_.bw), step_overhead_s=fit_.overhead_s,
+    return Device(serving=serving,
+        name=name, hbm_bw=bw, hbm_bytes=float(memory_bytes), peak_bf16=peak, peak_fp8=peak,
+        link_bw=float(link_bw or bw), pcie_bw=float(pcie_bw or bw), step_overhead_s=fit_.overhead_s,
         bw_efficiency=1.0, compute_efficiency=1.0, overlap=fit_.overlap, draft_time_s=fit_.draft_time_s, source=source,
     )
 
