@@ -16,7 +16,7 @@ from typing import Annotated
 
 import typer
 
-from ecosim.cli import make_app, run, wide_console
+from ecosim.cli import joined, make_app, run, wide_console
 from ecosim.cli.adapter import knob_options, with_options
 from ecosim.errors import EcoSimError
 from ecosim.outputs import COMPARISON, PROFILE, check_output
@@ -40,7 +40,9 @@ ClockOpt = Annotated[str, typer.Option("--clock", help="wall: perf_counter, devi
                                                        "for a CPU shared with other jobs (--device cpu --threads 1 only).")]
 
 
-def _ints(text: str, name: str) -> tuple[int, ...]:
+def _ints(values: list[str], name: str) -> tuple[int, ...]:
+    """A list option of positive integers, repeatable or a comma list (ecosim.cli.joined)."""
+    text = joined(values) or ""
     try:
         vals = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
@@ -50,9 +52,9 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
     return vals
 
 
-def _csv(values: tuple[int, ...]) -> str:
-    """A tuple default as the comma-separated text the option takes."""
-    return ",".join(str(v) for v in values)
+def _csv(values: tuple[int, ...]) -> list[str]:
+    """A tuple default as the list of texts the option takes."""
+    return [str(v) for v in values]
 
 
 def _overlap(overlap: str, device: str) -> str:
@@ -85,9 +87,9 @@ def calibrate(
     dtype: Dtype = "auto",
     attn: Attn = "auto",
     threads: Threads = 1,
-    tokens: Annotated[str, typer.Option(help=CalibConfig.help("tokens"))] = _csv(CALIB.tokens),
+    tokens: Annotated[list[str], typer.Option(help=CalibConfig.help("tokens") + " Repeatable or a comma list.")] = _csv(CALIB.tokens),
     levels: Annotated[int, typer.Option(help=CalibConfig.help("levels"))] = CALIB.levels,
-    contexts: Annotated[str, typer.Option(help=CalibConfig.help("contexts"))] = _csv(CALIB.contexts),
+    contexts: Annotated[list[str], typer.Option(help=CalibConfig.help("contexts") + " Repeatable or a comma list.")] = _csv(CALIB.contexts),
     repeats: Annotated[int, typer.Option(help=CalibConfig.help("repeats"))] = CALIB.repeats,
     depth: Annotated[int, typer.Option(help=TreeShape.help("depth") + " As recorded (tracer record --depth).")] = TREE.depth,
     topk: Annotated[int, typer.Option(help=TreeShape.help("topk") + " As recorded.")] = TREE.topk,
@@ -165,9 +167,9 @@ def run_cmd(
     hardware: Annotated[Path | None, typer.Option(help="A profile from `validate calibrate` (default: calibrate on the spot).")] = None,
     trace: Annotated[Path | None, typer.Option(help="Use this recorded trace instead of recording one (its prompts and tree options are used).")] = None,
     calib_repeats: Annotated[int, typer.Option(help="On-the-spot calibration: runs of each case.")] = 8,
-    calib_tokens: Annotated[str, typer.Option(help="On-the-spot calibration: tokens per verify forward (those up to the largest "
-                                                   "budget + 1 are kept, and that size is added).")] = _csv(CALIB.tokens),
-    calib_contexts: Annotated[str | None, typer.Option(help="On-the-spot calibration: context lengths (default: the trace's shortest and longest).")] = None,
+    calib_tokens: Annotated[list[str], typer.Option(help="On-the-spot calibration: tokens per verify forward (those up to the largest "
+                                                         "budget + 1 are kept, and that size is added); repeatable or a comma list.")] = _csv(CALIB.tokens),
+    calib_contexts: Annotated[list[str] | None, typer.Option(help="On-the-spot calibration: context lengths (default: the trace's shortest and longest); repeatable or a comma list.")] = None,
     overlap: Overlap = "auto",
     clock: ClockOpt = "wall",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress messages.")] = False,

@@ -9,6 +9,7 @@ readable at 80 columns) and one way to report errors and interrupts.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import NoReturn
 
 import typer
@@ -44,6 +45,26 @@ def wide_console() -> Console:
 def fail(message: str) -> None:
     """Report a user error the one way the CLI does."""
     raise EcoSimError(message)
+
+
+def joined(values: Sequence[str] | None) -> str | None:
+    """A list option's values as the one comma list its parser reads.
+
+    Every option that takes a list takes it both ways, on every command: repeated
+    (`--policy ar --policy confidence`) and comma-listed (`--policy ar,confidence`), or mixed.
+    None (not given) stays None; an empty item reaches the parser, which names it."""
+    return ",".join(values) if values else None
+
+
+def listed(values: Sequence[str] | None, flag: str) -> list[str]:
+    """A list option's items (repeats and comma lists alike, see `joined`); an empty item is one line."""
+    text = joined(values)
+    if text is None:
+        return []
+    items = [s.strip() for s in text.split(",")]
+    if not all(items):
+        fail(f"{flag} {text!r}: empty item; expected a comma list")
+    return items
 
 
 def interrupted(prog: str, message: str) -> NoReturn:

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from ecosim.cli import app, fail, wide_console
+from ecosim.cli import app, fail, listed, wide_console
 from ecosim.cli.adapter import knob_options, with_options
 from ecosim.cli.options import (
     Bw, Devices, Hardware, HardwareArgs, LinkBw, PcieBw, Peak, Placement, cost_config, cost_options, placement_text, used_text,
@@ -64,7 +64,7 @@ def _table(results: list[PolicyResult], title: str) -> Table:
 @cost_options
 def replay(
     traces: Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces (searched recursively).")],
-    policy: Annotated[str | None, typer.Option(help=f"{', '.join(registry.names())}; default: all side by side.")] = None,
+    policy: Annotated[list[str] | None, typer.Option(help=f"{', '.join(registry.names())}; repeatable or a comma list; default: all side by side.")] = None,
     knobs: dict[str, Any] | None = None,
     hardware: Hardware = "h200",
     bw: Bw = None,
@@ -88,7 +88,7 @@ def replay(
     same cost model. Each trace is labelled real, hybrid or synthetic in the output.
     """
     knobs = knobs or {}
-    names = [registry.get(policy).name] if policy is not None else list(registry.names())
+    names = [registry.get(p).name for p in listed(policy, "--policy")] or list(registry.names())
     if engine not in ("fast", "des"):
         fail(f"--engine must be fast or des, got {engine!r}")
     if engine == "fast" and (timeline or prefetch or max_batch > 1 or arrivals != "sequential"):

@@ -12,18 +12,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ecosim.cli import app, fail, interrupted, wide_console
+from ecosim.cli import app, fail, interrupted, joined, wide_console
 from ecosim.cli.adapter import knob_options, with_options
 from ecosim.outputs import SWEEP, check_output
 from ecosim.cli.options import LinkBw, PcieBw, Peak, cost_config, cost_options, used_lines, used_terms
 from ecosim.policies import PolicySpec, registry
 from ecosim.trace.schema import provenance_notes
 
-Policies = Annotated[str, typer.Option("--policy", help=f"Comma list of {', '.join(registry.names())}; "
+Policies = Annotated[list[str], typer.Option("--policy", help=f"{', '.join(registry.names())}, repeatable or a comma list; "
                                        f"{' and '.join(registry.references())} rows are always computed (the ratios need them).")]
-HardwareList = Annotated[str, typer.Option("--hardware", help="Comma list of catalogue devices (h100, h200, b200, a100, mi300x) or profile .json files.")]
-BwList = Annotated[str | None, typer.Option("--bw", help="Comma list of HBM bandwidths overriding the device's, e.g. 2TB/s,3.3TB/s,4.8TB/s.")]
-PlacementList = Annotated[str, typer.Option("--placement", help="Comma list of placements: hbm, tp:N, ep:N, tp:N+ep:M, offload:CAP[:lru|lfu].")]
+HardwareList = Annotated[list[str], typer.Option("--hardware", help="Catalogue devices (h100, h200, b200, a100, mi300x) or profile .json files; repeatable or a comma list.")]
+BwList = Annotated[list[str] | None, typer.Option("--bw", help="HBM bandwidths overriding the device's, repeatable or a comma list, e.g. 2TB/s,3.3TB/s,4.8TB/s.")]
+PlacementList = Annotated[list[str], typer.Option("--placement", help="Placements, repeatable or a comma list: hbm, tp:N, ep:N, tp:N+ep:M, offload:CAP[:lru|lfu].")]
 Objective = Annotated[str, typer.Option(help="What the winner optimises over the total of the traces: time_per_token (smallest) or speedup_vs_ar (largest).")]
 MinTps = Annotated[float | None, typer.Option("--min-tokens-per-step", help="Winner constraint: total tokens / total steps at least this.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
@@ -72,11 +72,11 @@ def _winner_table(doc: dict[str, Any]) -> Table:
 def sweep(
     traces: Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces (searched recursively).")],
     out: Annotated[Path, typer.Option("--out", help="Sweep directory: parts/, results.parquet, winner.json; rerun into it to resume.")],
-    policy: Policies = "ar,confidence,ecospec",
-    knobs: dict[str, str] | None = None,
-    hardware: HardwareList = "h200",
+    policy: Policies = ["ar", "confidence", "ecospec"],
+    knobs: dict[str, list[str]] | None = None,
+    hardware: HardwareList = ["h200"],
     bw: BwList = None,
-    placement: PlacementList = "hbm",
+    placement: PlacementList = ["hbm"],
     peak: Peak = None,
     link_bw: LinkBw = None,
     pcie_bw: PcieBw = None,
@@ -107,14 +107,14 @@ def sweep(
         fail(f"--executor must be local or ray, got {executor!r}")
     if executor == "ray":
         import_ray()  # one line saying how to install it, exit 2
-    policies = g.parse_policies(policy)
+    policies = g.parse_policies(joined(policy) or "")
     used = {k.name: k for p in policies for k in registry.get(p).knobs}  # an axis no policy uses is not read
     grid = g.Grid(
         policies=policies,
-        knobs={name: g.parse_axis(k, (knobs or {})[name]) for name, k in used.items()},
-        hardware=g.parse_hardware(hardware),
-        bandwidths=g.parse_bandwidths(bw),
-        placements=g.parse_placements(placement),
+        knobs={name: g.parse_axis(k, joined((knobs or {})[name]) or "") for name, k in used.items()},
+        hardware=g.parse_hardware(joined(hardware) or ""),
+        bandwidths=g.parse_bandwidths(joined(bw)),
+        placements=g.parse_placements(joined(placement) or ""),
         settings=g.Settings(cost_config(cost),
                             peak, link_bw, pcie_bw),
     )
