@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 import typer
-from rich.console import Console
 
+from ecosim.cli.tables import wide_console
 from ecosim.errors import EcoSimError
 
 try:  # typer >= 0.20 vendors its own copy of click; its exceptions are the ones raised
@@ -35,11 +35,6 @@ def make_app(name: str, help: str) -> typer.Typer:
 
 
 app = make_app("ecosim", "Trace-driven simulator of cost-aware speculative decoding on Mixture-of-Experts models.")
-
-
-def wide_console() -> Console:
-    """Tables stay readable when piped (rich would otherwise wrap them at 80 columns)."""
-    return Console(width=max(Console().width, 160))
 
 
 def fail(message: str) -> None:
