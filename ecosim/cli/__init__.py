@@ -8,6 +8,7 @@ readable at 80 columns) and one way to report errors and interrupts.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -75,6 +76,14 @@ def _say(prog: str, text: str) -> None:
     print(f"{prog}: {' '.join(text.split())}", file=sys.stderr)  # always one line
 
 
+_RUNNING: list[str] = []  # the command line `run` is running, for `command_line`
+
+
+def command_line() -> str:
+    """The command being run, as a shell line a user can paste to run it again (a resume)."""
+    return shlex.join(_RUNNING)
+
+
 def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
     """Run a typer app; user errors become one line on stderr and exit status 2, naming the help
     of the command that was run (`see 'ecosim replay --help'`); Ctrl-C is exit status 130.
@@ -83,6 +92,7 @@ def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
     to us: it returns n. That return value is the exit status; anything else a command returns
     (our commands return None) means success.
     """
+    _RUNNING[:] = [prog, *(sys.argv[1:] if argv is None else argv)]
     try:
         rv = app(args=argv, prog_name=prog, standalone_mode=False)
     except EcoSimError as e:

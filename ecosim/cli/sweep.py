@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ecosim.cli import app, fail, interrupted, joined, wide_console
+from ecosim.cli import app, command_line, fail, interrupted, joined, wide_console
 from ecosim.cli.adapter import knob_options, with_options
 from ecosim.outputs import SWEEP, check_output
 from ecosim.cli.options import LinkBw, PcieBw, Peak, cost_config, cost_options, used_lines, used_terms
@@ -121,25 +121,24 @@ def sweep(
     for p in grid.pricings():
         grid.settings.device(p)  # unknown hardware or a bad override: one line, before any work
     used = used_terms(grid.settings, grid.pricings())
-    committed = 0
+    count = {"done": 0, "total": 0, "before": 0}  # (configuration, trace) runs, as the summary counts rows
 
     def done(n: int) -> None:
-        nonlocal committed
-        committed += n
+        count["done"] += n
         bar.advance(task, n)
 
     with _progress() as bar:
         task = bar.add_task("planning", total=None)
 
         def plan(total: int, skipped: int) -> None:
+            count.update(done=skipped, total=total, before=skipped)
             bar.update(task, description=f"sweep ({skipped} done before)", total=total, completed=skipped)
 
         try:
             outcome = run_sweep(grid, [str(p) for p in traces], out, executor, jobs or default_jobs(), ray_address,
                                 objective, min_tokens_per_step, on_plan=plan, on_done=done)
         except KeyboardInterrupt:
-            interrupted("ecosim", f"interrupted; {committed} configurations committed to {out}/parts, rerun the same sweep "
-                                  "to resume")
+            interrupted("ecosim", _interrupted_text(count, out))
     d = outcome.dir
     n_traces = len(outcome.winner["traces"])
     n_configs = len(outcome.configs) // n_traces  # outcome.configs holds one entry per (configuration, trace)
@@ -162,6 +161,16 @@ def sweep(
         console.print(f"[yellow]{outcome.impossible} configurations skipped, their placement does not fit the device: "
                       f"{'; '.join(outcome.impossible_reasons or [])}[/yellow]")
     _notes(console, outcome.winner["traces"])
+
+
+def _interrupted_text(count: dict[str, int], out: Path) -> str:
+    """Ctrl-C's one line: configurations done of total (a configuration on one trace is one, as the
+    summary's rows), where they are, and the command that resumes."""
+    if not count["total"]:
+        return f"interrupted while planning, nothing committed; run again with: {command_line()}"
+    before = f", {count['before']} of them before this run" if count["before"] else ""
+    return (f"interrupted; {count['done']} of {count['total']} configurations done (one per configuration and trace{before}), "
+            f"committed to {out}/parts; resume with: {command_line()}")
 
 
 def _notes(console: Console, traces: list[dict[str, Any]]) -> None:
