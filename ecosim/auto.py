@@ -1,4 +1,4 @@
-"""`ecospec-auto` (the issue's `ecospec --lambda auto`): the selections of greatest expected tokens per second.
+"""`ecospec-auto` (`ecospec --lambda auto`): the selections of greatest expected tokens per second.
 
 What a user measures is the throughput of the whole run, sum of tokens / sum of seconds over its
 steps, not the mean of each step's own rate. With a selection S_i per step (ancestor-closed, the

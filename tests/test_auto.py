@@ -1,4 +1,4 @@
-"""ecospec-auto (the issue's `ecospec --lambda auto`), acceptance calibration, cost in seconds and the baselines, worked by hand.
+"""ecospec-auto (`ecospec --lambda auto`), acceptance calibration, cost in seconds and the baselines, worked by hand.
 
 The auto growth is called directly on tiny arrays (one MoE layer, 64 experts: one bitset word):
 layer table F(u, n) = u seconds (1 s per expert read), other O(n) = 1 + 0.1 n seconds.

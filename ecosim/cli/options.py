@@ -9,22 +9,27 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ecosim.catalog.devices import Device, get_device
+from ecosim.catalog.devices import DEVICES, Device, get_device
 from ecosim.cli.adapter import config_options, with_options
 from ecosim.cost import CostConfig, Terms
 from ecosim.errors import EcoSimError
 from ecosim.options import from_options
+from ecosim.placements.registry import usage as placement_usage
 from ecosim.units import parse_quantity
 
 if TYPE_CHECKING:  # typing only: the CLI options never need the sweep package loaded
     from ecosim.sweep.grid import Pricing, Settings
 
-Hardware = Annotated[str, typer.Option(help="Catalogue device (h100, h200, b200, a100, mi300x) or a profile .json from `validate calibrate`.")]
+# Help that lists a catalogue or a registry is generated from it, so a new entry is never missing from --help.
+DEVICE_NAMES = ", ".join(DEVICES)
+PLACEMENT_HELP = (f"Where weights live: {placement_usage()} (N devices: tp shards every expert, ep splits the experts; "
+                  "offload keeps CAP experts per layer in HBM).")
+Hardware = Annotated[str, typer.Option(help=f"Catalogue device ({DEVICE_NAMES}) or a profile .json from `validate calibrate`.")]
 Bw = Annotated[str | None, typer.Option("--bw", help="Override the device's HBM bandwidth, e.g. 3.3TB/s.")]
 Peak = Annotated[str | None, typer.Option(help="Override the dense peak compute, e.g. 989TFLOP/s (applies to BF16 and FP8).")]
 LinkBw = Annotated[str | None, typer.Option(help="Override the per-direction device-to-device link bandwidth, e.g. 450GB/s.")]
 PcieBw = Annotated[str | None, typer.Option(help="Override the per-direction host-to-device bandwidth, e.g. 64GB/s.")]
-Placement = Annotated[str, typer.Option(help="Where weights live: hbm (one device), tp:N (experts sharded over N devices), ep:N (experts split over N), tp:N+ep:M, offload:CAP[:lru|lfu] (CAP experts per layer in HBM).")]
+Placement = Annotated[str, typer.Option(help=PLACEMENT_HELP)]
 Devices = Annotated[int | None, typer.Option(min=1, help="Number of devices; shorthand for --placement ep:N when N > 1.")]
 
 

@@ -18,7 +18,7 @@ from rich.table import Table
 from ecosim.analysis.predictor_compare import compare, group_label, markdown_table, pricing_label, summary_tables, to_dict
 from ecosim.cli import app, fail, joined, make_app, wide_console
 from ecosim.outputs import PREDICTOR, check_output
-from ecosim.cli.options import cost_config, cost_options, used_lines, used_terms
+from ecosim.cli.options import DEVICE_NAMES, PLACEMENT_HELP, cost_config, cost_options, used_lines, used_terms
 from ecosim.predictors import BUILTIN, KINDS, ExpertPredictor, ScoringPredictor, Selection, get_predictor
 from ecosim.predictors.evaluate import Tally, evaluate
 from ecosim.predictors.view import draft_view, fingerprint, request_ids, request_mask
@@ -208,9 +208,9 @@ def compare_cmd(
     budget: Annotated[int, typer.Option(min=0, help="Nodes a step may verify besides the root, for confidence and ecospec alike.")] = 16,
     lam: Annotated[list[str], typer.Option("--lambda", help="ecospec's lambda grid: values and/or ranges start:stop:step, repeatable or a comma list; include 0 (= confidence). Fine near 0, where the tiny model's best lambdas lie.")] = ["0:0.3:0.025", "0.4:2:0.2"],
     score: Annotated[str, typer.Option(help="ecospec's score: difference or ratio.")] = "difference",
-    hardware: Annotated[list[str], typer.Option(help="Catalogue devices or profile .json files, repeatable or a comma list.")] = ["h200"],
+    hardware: Annotated[list[str], typer.Option(help=f"Catalogue devices ({DEVICE_NAMES}) or profile .json files, repeatable or a comma list.")] = ["h200"],
     bw: Annotated[list[str] | None, typer.Option("--bw", help="HBM bandwidths overriding the device's, repeatable or a comma list, e.g. 1TB/s,4.8TB/s.")] = None,
-    placement: Annotated[list[str], typer.Option(help="Placements (hbm, ep:N, offload:CAP), repeatable or a comma list; offload makes expert reads cost.")] = ["hbm", "offload:8"],
+    placement: Annotated[list[str], typer.Option(help=f"{PLACEMENT_HELP} Repeatable or a comma list; offload makes expert reads cost.")] = ["hbm", "offload:8"],
     folds: Annotated[int, typer.Option(min=2, help="Folds of requests for kinds by name (each request predicted by the others' model).")] = 4,
     recall_only: Annotated[list[Path] | None, typer.Option(help="Traces scored for recall only, not replayed (e.g. a large synthetic shape); repeatable.")] = None,
     cost: dict[str, str | None] | None = None,

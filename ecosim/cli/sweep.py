@@ -15,15 +15,17 @@ from rich.table import Table
 from ecosim.cli import app, command_line, fail, interrupted, joined, wide_console
 from ecosim.cli.adapter import knob_options, with_options
 from ecosim.outputs import SWEEP, check_output
-from ecosim.cli.options import LinkBw, PcieBw, Peak, cost_config, cost_options, used_lines, used_terms
+from ecosim.cli.options import (
+    DEVICE_NAMES, PLACEMENT_HELP, LinkBw, PcieBw, Peak, cost_config, cost_options, used_lines, used_terms,
+)
 from ecosim.policies import PolicySpec, registry
 from ecosim.trace.schema import provenance_notes
 
 Policies = Annotated[list[str], typer.Option("--policy", help=f"{', '.join(registry.names())}, repeatable or a comma list; "
                                        f"{' and '.join(registry.references())} rows are always computed (the ratios need them).")]
-HardwareList = Annotated[list[str], typer.Option("--hardware", help="Catalogue devices (h100, h200, b200, a100, mi300x) or profile .json files; repeatable or a comma list.")]
+HardwareList = Annotated[list[str], typer.Option("--hardware", help=f"Catalogue devices ({DEVICE_NAMES}) or profile .json files; repeatable or a comma list.")]
 BwList = Annotated[list[str] | None, typer.Option("--bw", help="HBM bandwidths overriding the device's, repeatable or a comma list, e.g. 2TB/s,3.3TB/s,4.8TB/s.")]
-PlacementList = Annotated[list[str], typer.Option("--placement", help="Placements, repeatable or a comma list: hbm, tp:N, ep:N, tp:N+ep:M, offload:CAP[:lru|lfu].")]
+PlacementList = Annotated[list[str], typer.Option("--placement", help=f"{PLACEMENT_HELP} Repeatable or a comma list.")]
 Objective = Annotated[str, typer.Option(help="What the winner optimises over the total of the traces: time_per_token (smallest) or speedup_vs_ar (largest).")]
 MinTps = Annotated[float | None, typer.Option("--min-tokens-per-step", help="Winner constraint: total tokens / total steps at least this.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]

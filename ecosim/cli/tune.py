@@ -15,7 +15,7 @@ from ecosim.cli.options import (
 )
 from ecosim.placements import parse_placement
 from ecosim.policies.knobs import PREDICTOR
-from ecosim.predictors import check_name
+from ecosim.predictors import KINDS, check_name
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
 from ecosim.trace.io import find_traces, read_trace
@@ -29,7 +29,7 @@ def tune(
     traces: Annotated[list[Path], typer.Argument(help="Trace directories of the model (or directories holding them).")],
     hardware: Hardware = "h200",
     placement: Placement = "hbm",
-    predictor: Annotated[str, typer.Option(help="Expert predictor of the adaptive policy: token, freq, context (trained on the fly, k-fold), a predictor file, or oracle (an upper bound).")] = PREDICTOR.default,
+    predictor: Annotated[str, typer.Option(help=f"Expert predictor of the adaptive policy: {', '.join(KINDS)} (trained on the fly, k-fold), a predictor file, or oracle (an upper bound).")] = PREDICTOR.default,
     bw: Bw = None,
     peak: Peak = None,
     link_bw: LinkBw = None,
