@@ -9,7 +9,9 @@ readable at 80 columns) and one way to report errors and interrupts.
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -93,6 +95,7 @@ def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
     (our commands return None) means success.
     """
     _RUNNING[:] = [prog, *(sys.argv[1:] if argv is None else argv)]
+    previous = _terminate_as_exit()
     try:
         rv = app(args=argv, prog_name=prog, standalone_mode=False)
     except EcoSimError as e:
@@ -118,7 +121,31 @@ def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
         return e.exit_code
     except BrokenPipeError:
         return 0
+    finally:
+        _restore_terminate(previous)
     return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+
+
+TERMINATED = 128 + signal.SIGTERM  # the exit status of a command stopped by SIGTERM, as a shell reports it
+
+
+def _terminate_as_exit() -> object:
+    """SIGTERM raises SystemExit(143) in the main thread instead of killing the process outright,
+    so every `finally` and context manager runs: a kernel is shut down, temporary files and
+    directories are removed (`kill PID` leaves nothing behind, like Ctrl-C). Returns the previous
+    handler; outside the main thread (a test calling `main`) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(TERMINATED)
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _restore_terminate(previous: object) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]
 
 
 def main(argv: list[str] | None = None) -> int:
