@@ -21,6 +21,7 @@ from ecosim.cost import NOT_MODELLED
 from ecosim.des import DesConfig, DesReplay
 from ecosim.metrics import Row
 from ecosim.placements import parse_placement
+from ecosim.plots import check_plot, plot_replay
 from ecosim.policies import PolicySpec, registry
 from ecosim.replay import TraceReplay
 from ecosim.simulate import Engine, PolicyResult, compare, cost_model
@@ -81,6 +82,7 @@ def replay(
     timeline: Annotated[Path | None, typer.Option(help="des only: write a Chrome/Perfetto trace of the first trace's timeline to FILE.")] = None,
     max_memory: Annotated[str | None, typer.Option(help="Replay in pieces of whole requests within this much memory, e.g. 2GB (fast engine).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Also draw each policy's speedup over plain decoding as bars to FILE (.png or .svg; needs matplotlib, in the reports extra).")] = None,
 ) -> None:
     """Replay selection policies over recorded (or synthetic) traces and compare them.
 
@@ -93,6 +95,7 @@ def replay(
         fail(f"--engine must be fast or des, got {engine!r}")
     if engine == "fast" and (timeline or prefetch or max_batch > 1 or arrivals != "sequential"):
         fail("--timeline, --prefetch, --max-batch and --arrivals need --engine des")
+    check_plot(plot)
     specs = list(dict.fromkeys(PolicySpec(n, **knobs) for n in names))  # `--lambda auto` makes ecospec ecospec-auto
     device = HardwareArgs(hardware, bw, peak, link_bw, pcie_bw).device()
     place = parse_placement(placement_text(placement, devices))
@@ -116,6 +119,9 @@ def replay(
     with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
         task = bar.add_task("replaying", total=work)
         results = compare(replays, specs, device, place, config, progress=lambda: bar.advance(task))
+    if plot:
+        plot_replay(plot, [r.spec.label() for r in results], [r.total.speedup_vs_ar or 0.0 for r in results],
+                    f"replay over {len(replays)} trace{'s' * (len(replays) != 1)}: speedup over plain decoding")
     run = [s for s in specs if not s.policy.is_bound]
     if timeline and replays and run:  # the first trace's timeline of the last policy that is not a bound
         events = replays[0].events[run[-1]]  # type: ignore[attr-defined]

@@ -18,6 +18,7 @@ from ecosim.outputs import SWEEP, check_output
 from ecosim.cli.options import (
     DEVICE_NAMES, PLACEMENT_HELP, LinkBw, PcieBw, Peak, cost_config, cost_options, used_lines, used_terms,
 )
+from ecosim.plots import check_plot, plot_sweep
 from ecosim.policies import PolicySpec, registry
 from ecosim.trace.schema import provenance_notes
 
@@ -89,6 +90,7 @@ def sweep(
     objective: Objective = "time_per_token",
     min_tokens_per_step: MinTps = None,
     as_json: AsJson = False,
+    plot: Annotated[Path | None, typer.Option(help="Also draw time per token against tokens per step of every configuration, with the front, to FILE (.png or .svg; needs matplotlib, in the reports extra).")] = None,
 ) -> None:
     """Replay the Cartesian product of the given axes over traces into DIR/results.parquet.
 
@@ -105,6 +107,7 @@ def sweep(
     if objective not in OBJECTIVES:
         fail(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     check_output(out, SWEEP)  # a sweep directory is resumed; anything else is never written into
+    check_plot(plot)
     if executor not in ("local", "ray"):
         fail(f"--executor must be local or ray, got {executor!r}")
     if executor == "ray":
@@ -142,6 +145,11 @@ def sweep(
         except KeyboardInterrupt:
             interrupted("ecosim", _interrupted_text(count, out))
     d = outcome.dir
+    if plot:
+        from ecosim.sweep.winner import totals
+
+        groups = totals(outcome.results, [t["path"] for t in outcome.winner["traces"]])
+        plot_sweep(plot, [g for g in groups if g["policy"] != registry.bound().name], _pricing)
     n_traces = len(outcome.winner["traces"])
     n_configs = len(outcome.configs) // n_traces  # outcome.configs holds one entry per (configuration, trace)
     summary = {

@@ -9,11 +9,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ecosim.catalog.drafts import DRAFT_PATH, draft_kind, sglang_draft_flags
 from ecosim.cli import app, wide_console
 from ecosim.cli.options import (
     Bw, Hardware, HardwareArgs, LinkBw, PcieBw, Peak, Placement, cost_config, cost_options, used_text,
 )
 from ecosim.placements import parse_placement
+from ecosim.plots import check_plot, plot_tune
 from ecosim.policies.knobs import PREDICTOR
 from ecosim.predictors import KINDS, check_name
 from ecosim.replay import TraceReplay
@@ -37,11 +39,13 @@ def tune(
     cost: dict[str, str | None] | None = None,
     top: Annotated[int, typer.Option(min=1, help="Candidates listed in the table.")] = 8,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Also draw speedup against the tree budget, one line per draft steps, to FILE (.png or .svg; needs matplotlib, in the reports extra).")] = None,
 ) -> None:
     """Recommend a speculative-decoding setting: speculation off, a static tree (SGLang flags; vLLM's
     chain), or the adaptive `ecospec-auto`, and what the adaptive policy gains beyond the
     best static tree. Every candidate is replayed over all the traces; plain decoding is always one."""
     check_name(predictor)
+    check_plot(plot)
     device = HardwareArgs(hardware, bw, peak, link_bw, pcie_bw).device()
     place = parse_placement(placement)
     config = cost_config(cost)
@@ -53,6 +57,9 @@ def tune(
     draft = {r.trace.name: float(c.applied()["draft_time_s"]) for r, c in zip(replays, costs)}  # type: ignore[arg-type]
     doc = {"hardware": device.name, "placement": str(place), "predictor": predictor,
            "traces": [r.trace.name for r in replays], "used": {**used, "draft_time_s": draft}, **doc}
+    engine_note = _draft_flags(doc, replays)
+    if plot:
+        plot_tune(plot, cands, f"{device.name} {place}: candidates over {len(replays)} traces")
     if as_json:
         print(json.dumps(doc, indent=1))
         return
@@ -83,5 +90,30 @@ def tune(
         v = doc["vllm"]
         verdict = "" if v["pays"] else "  (slower than plain decoding: do not use)"
         console.print(f"vLLM chain: num_speculative_tokens={v['num_speculative_tokens']}  ({v['speedup_vs_ar']:.3f}x plain){verdict}")
+    if engine_note:
+        console.print(f"[yellow]{engine_note}[/yellow]")
     for note in provenance_notes(r.trace.provenance for r in replays):
         console.print(f"[yellow]{note}[/yellow]")
+
+
+def _draft_flags(doc: dict, replays: list[TraceReplay]) -> str | None:
+    """Put SGLang's draft flags (the algorithm for the traces' draft kind, the draft's path) in front
+    of the static tree's, so the printed set pastes into a launch command; a note when it cannot."""
+    if "static" not in doc:
+        return None
+    drafts = [r.trace.manifest.get("draft") or {} for r in replays]
+    kinds = sorted({draft_kind(d) for d in drafts})
+    if len(kinds) > 1:
+        return (f"the traces mix draft kinds ({', '.join(kinds)}): SGLang's --speculative-algorithm depends on it; "
+                "tune the traces of one draft kind for a complete set of flags")
+    real = all(r.trace.provenance == "real" for r in replays)
+    path = str(drafts[0].get("source")) if real and drafts[0].get("source") else None
+    flags = sglang_draft_flags(drafts[0], path)
+    if flags is None:
+        return f"SGLang has no speculative algorithm for a {kinds[0]} draft: the tree flags alone do not launch it"
+    static = doc["static"]
+    static["sglang_draft_flags"] = flags
+    static["sglang_flags"] = f"{flags} {static['sglang_flags']}"
+    if DRAFT_PATH in flags:
+        return f"{DRAFT_PATH}: the path of your draft's checkpoint (these traces do not name a recorded one)"
+    return None
