@@ -50,6 +50,9 @@ class SynthConfig:
     context_share: float = 0.0  # > 0: the context is a support of this share of the experts
     draft: str | None = None  # draft kind imitated (synth_draft.py); default: the family's
     draft_model: dict | None = None  # a separate dense draft's params, bytes and layers (synth_draft.dense_draft)
+    # > 0: label the trace sampled at this temperature (target-only verification): a sampled draft is accepted as
+    # often as the target's sample falls among its children, which `accept` / `accept_len` must then say
+    temperature: float = 0.0
     accept_len: float | None = None  # published acceptance length to match (sets `accept`)
     preset: str = ""  # where the routing knobs came from (recorded in the manifest)
     prompt_len: int = 64
@@ -252,7 +255,9 @@ def base_manifest(model: ModelShape, cfg: SynthConfig, requests: list[dict[str, 
         "model": model.to_manifest(),
         "draft": draft_manifest(model, cfg.draft or default_draft(model), cfg.accept_len, cfg.accept, cfg.draft_model),
         "tree": {"depth": cfg.depth, "topk": cfg.topk, "max_nodes": cfg.max_nodes},
-        "decoding": {"mode": "greedy"},
+        "decoding": {"mode": "greedy"} if not cfg.temperature else
+                    {"mode": "sample", "temperature": cfg.temperature, "top_p": 1.0, "top_k": 0, "seed": cfg.seed,
+                     "verify": "target-only"},
         "requests": requests,
         "recorded_on": {"generator": "ecosim synth", "config": dict(cfg.__dict__)},
     }

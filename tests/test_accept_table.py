@@ -82,3 +82,14 @@ def test_a_separate_draft_model_is_priced_from_its_own_config(tmp_path, capsys):
     assert "--draft-model PATH" in capsys.readouterr().err and not (tmp_path / "u").exists()
     assert main(["synth", str(tmp_path / "v"), "--model", "qwen3-30b-a3b", "--draft-model",
                  str(tmp_path / "nothing")]) == 2
+
+
+def test_synth_at_a_temperature_is_labelled_sampled_and_needs_its_acceptance(tmp_path, capsys):
+    out = tmp_path / "t"
+    assert main(["synth", str(out), "--model", "olmoe-1b-7b", "--temperature", "0.7", "--requests", "1",
+                 "--positions", "20"]) == 2
+    assert "--accept-len measured at that temperature" in capsys.readouterr().err and not out.exists()
+    assert main(["synth", str(out), "--model", "olmoe-1b-7b", "--temperature", "0.7", "--accept-len", "2.3",
+                 "--requests", "1", "--positions", "20"]) == 0
+    m = read_trace(out).manifest  # validated: a version-3 sampled trace
+    assert m["version"] == 3 and m["decoding"]["mode"] == "sample" and m["decoding"]["temperature"] == 0.7

@@ -114,6 +114,7 @@ def synth(
     draft: Annotated[str | None, typer.Option(help=f"Draft kind imitated ({', '.join(DRAFTS)}): its bytes per level go in the manifest; default mtp for DeepSeek-V3, eagle3 otherwise.")] = None,
     draft_model: Annotated[Path | None, typer.Option(help="A separate dense draft model's config.json (or its folder): its bytes and layers price each draft level (implies --draft model).")] = None,
     confidence: Annotated[float, typer.Option(min=0.01, max=0.99, help="Mean draft probability of the top child.")] = 0.6,
+    temperature: Annotated[float, typer.Option(min=0.0, max=100.0, help="Label the trace sampled at this temperature (target-only verification, trace format version 3); needs --accept-len measured at that temperature, since sampling lowers acceptance (traces-sampled/ halves it on the committed pair).")] = 0.0,
     preset: Annotated[str | None, typer.Option(help="Routing knobs from a preset (a shipped model name or a .json from --calibrate); default: the model's shipped preset; 'none' for the knobs below.")] = None,
     skew: Annotated[float | None, typer.Option(min=0.0, help="Zipf exponent of expert popularity (0 = uniform); default from the preset, else 1.0.")] = None,
     token_affinity: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Weight of the token's own experts; default from the preset, else 0.5.")] = None,
@@ -145,6 +146,9 @@ def synth(
         fail("--token-affinity + --parent-affinity must be at most 1")
     if draft_model is not None and draft not in (None, "model"):
         fail(f"--draft-model is a separate draft model: it goes with --draft model, not --draft {draft}")
+    if temperature > 0 and accept_len is None:
+        fail(f"--temperature {temperature:g}: give --accept-len measured at that temperature (sampling lowers "
+             "acceptance; a greedy figure would overstate it)")
     if draft == "model" and draft_model is None:
         fail("--draft model is a separate draft model: give its config.json with --draft-model PATH")
     dense = dense_draft(str(draft_model)) if draft_model is not None else None
@@ -157,7 +161,7 @@ def synth(
     tree = (published.steps, published.topk, published.draft_tokens) if published else (None, None, None)
     cfg = SynthConfig(requests, positions, depth or (d.depth if d and d.depth else tree[0] or TREE.depth),
                       topk or (d.topk if d and d.topk else tree[1] or TREE.topk), max_nodes or tree[2] or TREE.max_nodes,
-                      accept, confidence, gates=gates, seed=seed, draft=draft, draft_model=dense,
+                      accept, confidence, gates=gates, seed=seed, draft=draft, draft_model=dense, temperature=temperature,
                       accept_len=accept_len if accept_len is not None else (d.accept_len if d else None) or (published.accept_len if published else None),
                       preset=source, **knobs)
     print("routing knobs: " + ", ".join(f"{k}={v:g}" for k, v in knobs.items()) + f" ({source})")
