@@ -57,7 +57,7 @@ def compact(table: Table, console: Console) -> RenderableType:
     if console.measure(table, options=console.options.update_width(PIPED_WIDTH)).maximum <= COMPACT_ABOVE:
         return table
     widths = [column_width(c, console) for c in table.columns]
-    if sum(widths) + GAP * (len(widths) - 1) <= console.width:
+    if sum(widths) + GAP * (len(widths) - 1) <= console.width or len(widths) < 2:
         return _light(table)
     keys = 0
     while keys < len(table.columns) - 1 and table.columns[keys].justify == "left":
