@@ -17,7 +17,7 @@ from typing import NoReturn
 
 import typer
 
-from ecosim.cli.tables import wide_console
+from ecosim.cli.tables import wide_console  # noqa: F401  (every command prints its tables through it)
 from ecosim.errors import EcoSimError
 
 try:  # typer >= 0.20 vendors its own copy of click; its exceptions are the ones raised
