@@ -9,16 +9,17 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from ecosim.catalog.drafts import DRAFT_PATH, draft_kind, sglang_draft_flags
 from ecosim.cli import app, wide_console
 from ecosim.cli.options import (
     Bw, Hardware, HardwareArgs, LinkBw, PcieBw, Peak, Placement, cost_config, cost_options, used_text,
 )
 from ecosim.placements import parse_placement
+from ecosim.plots import check_plot, plot_tune
 from ecosim.policies.knobs import PREDICTOR
 from ecosim.predictors import KINDS, ExpertPredictor, check_name
 from ecosim.predictors.kfold import MIN_REQUESTS, KFoldPredictor
 from ecosim.predictors.view import request_ids
-from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
 from ecosim.trace.io import Trace, find_traces, read_trace
 from ecosim.trace.schema import provenance_notes
@@ -33,7 +34,7 @@ def tune(
     traces: Annotated[list[Path], typer.Argument(help="Trace directories of the model (or directories holding them).")],
     hardware: Hardware = "h200",
     placement: Placement = "hbm",
-    predictor: Annotated[str, typer.Option(help="Expert predictor of the adaptive policy: token, freq, context (trained on the fly, k-fold), a predictor file, or oracle (an upper bound).")] = PREDICTOR.default,
+    predictor: Annotated[str, typer.Option(help=f"Expert predictor of the adaptive policy: {', '.join(KINDS)} (trained on the fly, k-fold), a predictor file, or oracle (an upper bound).")] = PREDICTOR.default,
     bw: Bw = None,
     peak: Peak = None,
     link_bw: LinkBw = None,
@@ -41,11 +42,13 @@ def tune(
     cost: dict[str, str | None] | None = None,
     top: Annotated[int, typer.Option(min=1, help="Candidates listed in the table.")] = 8,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Also draw speedup against the tree budget, one line per draft steps, to FILE (.png or .svg; needs matplotlib, in the reports extra).")] = None,
 ) -> None:
     """Recommend a speculative-decoding setting: speculation off, a static tree (SGLang flags; vLLM's
     chain), or the adaptive `ecospec-auto`, and what the adaptive policy gains beyond the
     best static tree. Every candidate is replayed over all the traces; plain decoding is always one."""
     check_name(predictor)
+    check_plot(plot)
     device = HardwareArgs(hardware, bw, peak, link_bw, pcie_bw).device()
     place = parse_placement(placement)
     config = cost_config(cost)
@@ -68,6 +71,9 @@ def tune(
                       found[0].manifest.get("draft", {}).get("name", "DRAFT"))
     if engine is not None:  # experts in host RAM: the llama.cpp / ik_llama.cpp flags (tune_llamacpp.py)
         doc["llama_cpp"] = engine
+    engine_note = _draft_flags(doc, found)
+    if plot:
+        plot_tune(plot, cands, f"{device.name} {place}: candidates over {len(found)} traces")
     if as_json:
         print(json.dumps(doc, indent=1))
         return
@@ -103,7 +109,7 @@ def tune(
         console.print(f"vLLM chain: num_speculative_tokens={v['num_speculative_tokens']}  ({v['speedup_vs_ar']:.3f}x plain){verdict}")
     if engine is not None:
         console.print(llamacpp_line(engine), markup=False, highlight=False)
-    for note in [*notes, *provenance_notes(t.provenance for t in found)]:
+    for note in [*([engine_note] if engine_note else []), *notes, *provenance_notes(t.provenance for t in found)]:
         console.print(f"[yellow]{note}[/yellow]")
 
 
@@ -113,3 +119,26 @@ def in_sample(trace: Trace, predictor: str) -> dict[str, ExpertPredictor]:
     if predictor in KINDS and len(request_ids(trace)) < MIN_REQUESTS:
         return {predictor: KFoldPredictor(predictor, in_sample=True)}
     return {}
+
+
+def _draft_flags(doc: dict, traces: list[Trace]) -> str | None:
+    """Put SGLang's draft flags (the algorithm for the traces' draft kind, the draft's path) in front
+    of the static tree's, so the printed set pastes into a launch command; a note when it cannot."""
+    if "static" not in doc:
+        return None
+    drafts = [t.manifest.get("draft") or {} for t in traces]
+    kinds = sorted({draft_kind(d) for d in drafts})
+    if len(kinds) > 1:
+        return (f"the traces mix draft kinds ({', '.join(kinds)}): SGLang's --speculative-algorithm depends on it; "
+                "tune the traces of one draft kind for a complete set of flags")
+    real = all(t.provenance == "real" for t in traces)
+    path = str(drafts[0].get("source")) if real and drafts[0].get("source") else None
+    flags = sglang_draft_flags(drafts[0], path)
+    if flags is None:
+        return f"SGLang has no speculative algorithm for a {kinds[0]} draft: the tree flags alone do not launch it"
+    static = doc["static"]
+    static["sglang_draft_flags"] = flags
+    static["sglang_flags"] = f"{flags} {static['sglang_flags']}"
+    if DRAFT_PATH in flags:
+        return f"{DRAFT_PATH}: the path of your draft's checkpoint (these traces do not name a recorded one)"
+    return None
