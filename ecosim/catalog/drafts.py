@@ -5,7 +5,7 @@ over the tokens the last verify accepted (the "draft extend": SGLang's
 forward_draft_extend_after_decode, TensorRT-LLM's first MTP module), so there is no extra forward
 for it. Each forward reads `forward_bytes`, runs `forward_kernels` kernels on its critical path and,
 sharded like the target's dense weights, `layers` decoder layers' collectives (`moe_layers` of them
-MoE layers). cost.py prices a speculative step's draft side as
+MoE layers). ecosim/cost/ prices a speculative step's draft side as
 
     t_draft = d * (forward_kernels tau_k + forward_bytes / D_dense / (beta B) + layers' collectives)
             + (K_step + d K_level) tau_k + d T_level + [not spec_overlap] T_sync

@@ -1,6 +1,6 @@
 """Options shared by the commands that price steps (replay, sweep, tune): hardware and placement.
 
-The cost options are CostConfig's fields (ecosim/cost.py), turned into flags by adapter.config_options."""
+The cost options are CostConfig's fields (ecosim/cost/), turned into flags by adapter.config_options."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def terms_text(used: dict[str, object]) -> str:
 
 
 def host_text(used: dict[str, object]) -> str:
-    """The host terms a replay with experts in host RAM priced with (cost.py's host_layer_times), and the dtype."""
+    """The host terms a replay with experts in host RAM priced with (ecosim/cost/host.py), and the dtype."""
     out = f"dtype {used['dtype']}; " if "dtype" in used else ""
     h = used.get("host")
     if not isinstance(h, dict):
