@@ -14,6 +14,7 @@ from rich.table import Table
 
 from ecosim.cli import app, command_line, fail, interrupted, joined, wide_console
 from ecosim.cli.adapter import knob_options, with_options
+from ecosim.cli.hints import axis_hints
 from ecosim.outputs import SWEEP, check_output
 from ecosim.cli.options import (
     DEVICE_NAMES, PLACEMENT_HELP, LinkBw, PcieBw, Peak, cost_config, cost_options, used_lines, used_terms,
@@ -21,6 +22,7 @@ from ecosim.cli.options import (
 from ecosim.plots import check_plot, plot_sweep
 from ecosim.policies import PolicySpec, registry
 from ecosim.policies.base import DRAFTING_RULE
+from ecosim.trace.read import find_traces, read_manifest
 from ecosim.trace.schema import provenance_notes
 
 Policies = Annotated[list[str], typer.Option("--policy", help=f"{', '.join(registry.names())}, repeatable or a comma list; "
@@ -134,6 +136,7 @@ def sweep(
     )
     for p in grid.pricings():
         grid.settings.device(p)  # unknown hardware or a bad override: one line, before any work
+    axis_hints(knobs or {}, grid.knobs, policies, [read_manifest(p) for p in find_traces([str(t) for t in traces])])
     used = used_terms(grid.settings, grid.pricings())
     count = {"done": 0, "total": 0, "before": 0}  # (configuration, trace) runs, as the summary counts rows
 
