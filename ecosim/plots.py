@@ -75,7 +75,7 @@ def plot_tune(path: Path, candidates: dict[str, Any], title: str) -> Path:
         for steps in sorted(by_steps):
             pts = sorted(by_steps[steps].items())
             ax.plot([n for n, _ in pts], [v for _, v in pts], marker="o", label=f"static, {steps} step{'s' * (steps > 1)}")
-        adaptive = [c for k, c in candidates.items() if c.static is None and k != "ar"]  # ecospec-auto, one per steps
+        adaptive = [c for c in candidates.values() if c.static is None and c.steps]  # ecospec-auto, one per steps
         if adaptive:
             auto = min(adaptive, key=lambda c: c.time_per_token)
             ax.axhline(ar / auto.time_per_token, color="black", linestyle="--", label=f"{auto.name} (its best steps)")

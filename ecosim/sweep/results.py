@@ -16,7 +16,7 @@ one column per registered knob: budget, lambda, predictor, score, ...; then hard
 placement, draft_steps (the depth the trace was cut to; null: its recorded depth); knobs a policy
 lacks are null), then
 the fields of `ecosim replay --json` rows (metrics.Row.to_dict(): trace, provenance, requests, tokens,
-steps, verified, expert_loads, expert_bytes, pcie_bytes, time_s, synthetic, speedup_vs_ar, oracle_fraction,
+steps, verified, expert_loads, expert_bytes, pcie_bytes, time_s, draft_s, draft_levels, synthetic, speedup_vs_ar, oracle_fraction,
 tokens_per_step, experts_per_step, expert_bytes_per_token, pcie_bytes_per_token, time_per_token_s, tokens_per_s).
 Ratios compare each row with the `ar` and `oracle` rows of the same trace, draft steps and pricing.
 `provenance` is the trace's (real, hybrid, synthetic); `synthetic` (provenance is not real) is kept
@@ -62,7 +62,7 @@ def config_schema() -> dict[str, pl.DataType]:
 RAW_SCHEMA: dict[str, pl.DataType] = {
     "trace": pl.String(), "provenance": pl.String(), "requests": pl.Int64(), "tokens": pl.Int64(),
     "steps": pl.Int64(), "verified": pl.Int64(), "expert_loads": pl.Int64(), "expert_bytes": pl.Float64(),
-    "pcie_bytes": pl.Float64(), "time_s": pl.Float64(),
+    "pcie_bytes": pl.Float64(), "time_s": pl.Float64(), "draft_s": pl.Float64(), "draft_levels": pl.Float64(),
 }
 DERIVED_SCHEMA: dict[str, pl.DataType] = {
     "synthetic": pl.Boolean(), "speedup_vs_ar": pl.Float64(), "oracle_fraction": pl.Float64(), "tokens_per_step": pl.Float64(),
@@ -79,7 +79,9 @@ def kind_of(rec: dict[str, Any]) -> str:
 
 def row_of(rec: dict[str, Any]) -> Row:
     """The Row of a part's or results' record."""
-    return Row(**{k: rec[k] for k in RAW_SCHEMA if k != "provenance"}, provenance=kind_of(rec))
+    old = {"draft_s": 0.0, "draft_levels": 0.0}  # a part written before the draft side was a column
+    return Row(**{k: rec.get(k, old.get(k)) if k in old else rec[k] for k in RAW_SCHEMA if k != "provenance"},
+               provenance=kind_of(rec))
 
 
 def part_schema() -> dict[str, pl.DataType]:

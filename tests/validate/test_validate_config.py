@@ -26,7 +26,7 @@ def test_calib_config_takes_keywords_only():
 def test_calibrate_defaults_are_the_config_defaults():
     """`validate calibrate`'s options show CalibConfig's defaults; `validate run` calibrates the same sizes."""
     cfg, d = CalibConfig(), _defaults("calibrate")
-    assert d["tokens"] == ",".join(map(str, cfg.tokens)) and d["contexts"] == ",".join(map(str, cfg.contexts))
+    assert d["tokens"] == list(map(str, cfg.tokens)) and d["contexts"] == list(map(str, cfg.contexts))
     assert {k: d[k] for k in ("levels", "repeats", "budget", "seed", "depth", "topk", "max_nodes")} == {
         k: getattr(cfg, k) for k in ("levels", "repeats", "budget", "seed", "depth", "topk", "max_nodes")}
     assert _defaults("run")["calib_tokens"] == d["tokens"]
