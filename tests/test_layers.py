@@ -22,7 +22,7 @@ LAYERS = [
     ["ecosim.policies"],
     ["ecosim.replay", "ecosim.stream", "ecosim.des", "ecosim.simulate", "ecosim.summary"],
     ["ecosim.sweep"],
-    ["ecosim.analysis", "ecosim.report", "ecosim.api", "ecosim.tune", "ecosim.tune_llamacpp", "ecosim.fidelity", "ecosim.verdict", "ecosim.readings", "ecosim.plots"],
+    ["ecosim.analysis", "ecosim.report", "ecosim.api", "ecosim.tune", "ecosim.tune_llamacpp", "ecosim.launch", "ecosim.fidelity", "ecosim.verdict", "ecosim.readings", "ecosim.plots"],
     ["ecosim.cli"],
     ["ecosim"],  # the package itself: the public API
 ]
