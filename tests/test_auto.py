@@ -1,7 +1,8 @@
-"""ecospec-auto (`ecospec --lambda auto`), acceptance calibration, cost in seconds and the baselines, worked by hand.
+"""ecospec-auto (`ecospec --lambda auto`) worked by hand, then end to end.
 
 The auto growth is called directly on tiny arrays (one MoE layer, 64 experts: one bitset word):
-layer table F(u, n) = u seconds (1 s per expert read), other O(n) = 1 + 0.1 n seconds.
+layer table F(u, n) = u seconds (1 s per expert read), other O(n) = 1 + 0.1 n seconds. End to end, a
+replay of ecospec-auto is never slower than its own root choice, and `replay` and `tune` run it from the CLI.
 """
 
 from __future__ import annotations
@@ -11,18 +12,13 @@ import math
 import numpy as np
 import pytest
 
-from conftest import TINY, hand_trace, tiny_trace
+from conftest import TINY, tiny_trace
 from ecosim import bitsets
-from ecosim.acceptance import AcceptanceModel, calibrate, calibration_error, sibling_rank
 from ecosim.auto import PATIENCE, auto_order, auto_select, grow
 from ecosim.policies.ecospec_auto import pricer, values
-from ecosim.policies.cascade import cascade_choice, utility
-from ecosim.policies.evict import evict_prefix
-from ecosim.policies.presets import chain, eagle_tree
 from ecosim.catalog.devices import get_device
-from ecosim.cost import CostConfig, CostModel
-from ecosim.marginal import StepPricer, layer_steps
-from ecosim.catalog.drafts import DraftCost
+from ecosim.cost import CostConfig
+from ecosim.marginal import layer_steps
 from ecosim.placements import Hbm, parse_placement
 from ecosim.policies import PolicySpec, select_confidence
 from ecosim.replay import TraceReplay
@@ -173,94 +169,6 @@ def test_auto_gives_up_once_its_drafted_prefixes_stop_improving_below_the_root()
     assert 1 + 0.4 * k - (2.1 + 1.1 * (PATIENCE + 1)) / 2.1 > 0  # the premise: the bound alone goes on
 
 
-def test_calibration_recovers_a_known_acceptance(write):
-    # synth: P(child accepted | parent accepted) = accept * q / (q0 + 0.9 (1 - q0)), q the child's
-    # draft probability, q0 that of its most likely sibling (synth.py draws the verdict that way)
-    accept = 0.7
-    trace = read_trace(write(tiny_trace(4, requests=8, positions=200, accept=accept)))
-    t = Trees(trace)
-    cal = calibrate(t)
-    q = np.exp(trace.nodes["draft_logprob"].astype(np.float64))
-    rank = sibling_rank(t)
-    q0 = np.zeros(t.n_rows)
-    top = (t.depth > 0) & (rank == 0)
-    q0_of_parent = np.zeros(t.n_rows)
-    q0_of_parent[t.parent_row[top]] = q[top]
-    q0 = q0_of_parent[t.parent_row]
-    truth = accept * q / (q0 + 0.9 * (1 - q0))
-    cond = (t.depth > 0) & t.accepted[t.parent_row]
-    err = np.abs(cal.conditional[cond] - truth[cond])
-    assert err.mean() < 0.05
-    assert cal.ece < 0.03
-    assert cal.ece < cal.raw_ece or cal.raw_ece < 0.03
-    assert abs(cal.predicted_accept_len - cal.observed_accept_len) < 0.15 * cal.observed_accept_len + 0.05
-    assert not cal.in_sample
-
-
-def test_calibration_error_by_hand():
-    ece, brier = calibration_error(np.array([0.2, 0.8]), np.array([0, 1]))
-    assert ece == pytest.approx(0.2) and brier == pytest.approx(0.04)
-
-
-def test_acceptance_table_shrinks_thin_cells_to_the_coarser_rate():
-    # 10 rows at depth 1, rank 0, all accepted: the cell's rate is (10 + 10 p0) / 20 with p0 = 10.5/11
-    d, r, lp = np.ones(10, dtype=np.int64), np.zeros(10, dtype=np.int64), np.zeros(10)
-    m = AcceptanceModel.fit(d, r, lp, np.ones(10, dtype=bool))
-    p0 = 10.5 / 11
-    pd = (10 + 10 * p0) / 20
-    assert m.predict(d[:1], r[:1], lp[:1])[0] == pytest.approx((10 + 10 * (10 + 10 * pd) / 20) / 20)
-
-
-def test_marginal_time_by_hand_and_against_the_cost_model():
-    cost = CostModel(TINY, get_device("h200").replace(hbm_bw=1e9), Hbm(), CostConfig(mode="experts-only"))
-    p = StepPricer.of(cost, 4)
-    layers, e = TINY.num_moe_layers, TINY.num_experts
-    chosen = np.zeros((layers, e), dtype=bool)
-    chosen[:, [0, 1]] = True
-    node = np.zeros((layers, e), dtype=bool)
-    node[0, [1, 2, 3]] = True  # 2 new experts in layer 0: 2 x 1 MB / 1 GB/s
-    assert p.marginal_time(chosen, 1, node, 10) == pytest.approx(2e-3)
-    # full cost, ep:2: the step time of a selection equals CostModel.step_times on the same union
-    full = CostModel(TINY, get_device("h200"), parse_placement("ep:2"), CostConfig(), tree_depth=3, draft=DraftCost("model", 1e6, 2, False))
-    q = StepPricer.of(full, 6)
-    per_device = np.array([[2, 1], [0, 3], [4, 4]])
-    want = full.step_times(per_device[None], np.array([5]), np.array([100]), speculative=True)[0]
-    assert q.step_time(per_device, 5, 100) == pytest.approx(want, rel=1e-12)
-
-
-def test_evict_keeps_the_most_cost_effective_prefix():
-    # values in confidence order 0.9, 0.5, 0.1; profiled step time 1, 1.2, 2, 3 s by nodes kept
-    # rates: k=0 1/1 = 1, k=1 1.9/1.2 = 1.583, k=2 2.4/2 = 1.2, k=3 2.5/3 = 0.833 -> k = 1
-    v = np.cumsum([[0.0, 0.9, 0.5, 0.1]], axis=1)
-    assert evict_prefix(v, np.array([3]), np.array([1.0, 1.2, 2.0, 3.0]), 0.0)[0] == 1
-    # the draft is paid whatever the cut (the tree was drafted before EVICT truncates it), so a
-    # 10 s draft favours a longer prefix: 1/11 = 0.091, 1.9/11.2 = 0.170, 2.4/12 = 0.200, 2.5/13 = 0.192
-    assert evict_prefix(v, np.array([3]), np.array([1.0, 1.2, 2.0, 3.0]), 10.0)[0] == 2
-    # a tree of 1 candidate cannot take a second
-    assert evict_prefix(np.cumsum([[0.0, 0.9, 0.5, 0.0]], axis=1), np.array([1]), np.array([1.0, 1.2, 1.0, 1.0]), 0.0)[0] == 1
-
-
-def test_cascade_turns_speculation_off_below_unit_utility():
-    # 2.5 tokens per step at 3 ms against a 1 ms plain step: utility 2.5 / 3 < 1 -> off
-    assert utility(2.5, 3e-3, 1e-3) == pytest.approx(2.5 / 3)
-    assert cascade_choice({1: utility(1.8, 1.5e-3, 1e-3), 2: utility(2.5, 3e-3, 1e-3)}) == 1  # 1.2 vs 0.83
-    assert cascade_choice({1: 0.9, 2: 0.95}) == 0
-    assert cascade_choice({}) == 0
-
-
-def test_presets_select_what_the_engine_would_verify(write):
-    t = Trees(read_trace(write(hand_trace())))
-    # pos 0: n1 (q 0.6) and n2 (q 0.3) at depth 1, n3 (< n1, q 0.4) at depth 2
-    # top-k 1: only the favourite child is drafted and expanded -> root, n1, n3 (total 3)
-    assert list(np.flatnonzero(eagle_tree(t, 3, 2, 1))) == [0, 1, 3, 4, 5, 6, 7]
-    # total 2 keeps the root and the best node by cumulative log-prob (n1: log 0.6)
-    assert list(np.flatnonzero(eagle_tree(t, 2, 2, 2)[:4])) == [0, 1]
-    # depth 1: nothing below depth 1 is drafted
-    assert list(np.flatnonzero(eagle_tree(t, 60, 1, 10)[:4])) == [0, 1, 2]
-    # vLLM's chain of 1 token: the favourite child only
-    assert list(np.flatnonzero(chain(t, 1)[:4])) == [0, 1]
-
-
 def test_auto_runs_end_to_end_and_never_slower_than_its_own_root_choice(write):
     from ecosim.simulate import cost_model
     trace = read_trace(write(tiny_trace(9, requests=3, positions=40)))
@@ -336,123 +244,3 @@ def test_replay_lambda_auto_runs_the_self_tuning_policy(write, capsys):
     assert [t["policy"] for t in json.loads(out)["totals"]].count("ecospec-auto") == 1  # ecospec became it: once
     code, out, err = cli(capsys, "replay", path, "--lambda", "often")
     assert code == 2 and "auto" in err
-
-
-def _experts(layers: int, e: int, per_layer: dict[int, list[int]]) -> np.ndarray:
-    out = np.zeros((layers, e), dtype=bool)
-    for l, ids in per_layer.items():
-        out[l, ids] = True
-    return out
-
-
-def test_marginal_time_under_tp2_reads_half_of_each_new_expert():
-    """tp:2, experts only, 1 MB experts at 1 GB/s: each device reads 0.5 MB of each new expert."""
-    cost = CostModel(TINY, get_device("h200").replace(hbm_bw=1e9), parse_placement("tp:2"), CostConfig(mode="experts-only"))
-    p = StepPricer.of(cost, 4)
-    chosen = _experts(3, 8, {0: [0, 1], 1: [0, 1], 2: [0, 1]})
-    node = _experts(3, 8, {0: [1, 2, 3]})  # 2 new experts: 2 x 0.5 MB / 1 GB/s
-    assert p.groups == 1 and p.marginal_time(chosen, 1, node, 10) == pytest.approx(1e-3)
-    # full cost: the all-reduces and the other per-token terms are the same for every node, so two
-    # nodes differ by their new experts' halves at the effective bandwidth (TINY's compute is negligible)
-    full = CostModel(TINY, get_device("h200"), parse_placement("tp:2"), CostConfig(), tree_depth=3,
-                     draft=DraftCost("model", 1e6, 2, False))
-    q = StepPricer.of(full, 4)
-    assert full.collective_time(np.array([3]))[0] > 0  # the all-reduce is there, and does not depend on the node
-    none_new = q.marginal_time(chosen, 2, _experts(3, 8, {0: [0]}), 10)
-    two_new = q.marginal_time(chosen, 2, node, 10)
-    assert two_new - none_new == pytest.approx(2 * 0.5e6 / full.bw, rel=1e-9)
-
-
-def test_marginal_time_under_ep2_is_what_the_straggler_adds():
-    """ep:2 of 8 experts (group 0 holds 0-3, group 1 holds 4-7), experts only, 1 ms per expert read."""
-    cost = CostModel(TINY, get_device("h200").replace(hbm_bw=1e9), parse_placement("ep:2"), CostConfig(mode="experts-only"))
-    p = StepPricer.of(cost, 4)
-    chosen = _experts(3, 8, {0: [0, 1, 2], 1: [4]})  # per group: layer 0 (3, 0), layer 1 (0, 1), layer 2 (0, 0)
-    node = _experts(3, 8, {0: [5, 6], 1: [0, 5], 2: [3]})
-    # layer 0: group 1 goes 0 -> 2, still under the straggler's 3: free; layer 1: max 1 -> 2: 1 ms;
-    # layer 2: max 0 -> 1: 1 ms. On one device the same node reads 2 + 2 + 1 new experts: 5 ms.
-    assert p.groups == 2 and p.marginal_time(chosen, 1, node, 10) == pytest.approx(2e-3)
-    hbm = StepPricer.of(CostModel(TINY, get_device("h200").replace(hbm_bw=1e9), Hbm(), CostConfig(mode="experts-only")), 4)
-    assert hbm.marginal_time(chosen, 1, node, 10) == pytest.approx(5e-3)
-
-
-def test_marginal_time_asks_the_placement_which_group_holds_an_expert():
-    """ep:5 of 8 experts: the placement's blocks are 2, 2, 2, 1, 1, so experts 6 and 7 sit on two
-    groups and a node reading both waits for one expert, as the replay prices the same union."""
-    cost = CostModel(TINY, get_device("h200").replace(hbm_bw=1e9), parse_placement("ep:5"), CostConfig(mode="experts-only"))
-    p = StepPricer.of(cost, 4)
-    node = _experts(3, 8, {0: [6, 7]})
-    assert p.marginal_time(np.zeros((3, 8), dtype=bool), 1, node, 10) == pytest.approx(1e-3)
-    union = cost.placement.union_per_group(bitsets.pack(np.array([[[6, 7], [-1, -1], [-1, -1]]]), 8), 8)
-    assert cost.step_times(union, np.array([2]), np.array([10]), speculative=True)[0] == pytest.approx(1e-3)
-
-
-def test_union_scale_counts_new_experts_in_confidence_order_by_hand():
-    from ecosim.union_scale import new_counts
-    # one tree, one layer: root -> a -> b (cum log-probs 0, -0.1, -0.5)
-    # true routing: root {0}, a {0}, b {1}   -> new: a 0, b 1
-    # predicted:    root {0}, a {2}, b {3}   -> new: a 1, b 1
-    true = np.array([[[0]], [[0]], [[1]]], dtype=np.int16)
-    pred = np.array([[[0]], [[2]], [[3]]], dtype=np.int16)
-    c = new_counts(np.array([0]), np.array([3]), np.array([0.0, -0.1, -0.5]), pred, true, 4, np.array([0]), 1, 4)
-    assert c[0, 1].tolist() == [1.0, 0.0] and c[0, 2].tolist() == [1.0, 1.0] and c[0, 3].tolist() == [0.0, 0.0]
-    # the order is confidence's, not the row order: b first (-0.05), then a
-    c = new_counts(np.array([0]), np.array([3]), np.array([0.0, -0.5, -0.05]), pred, true, 4, np.array([0]), 1, 4)
-    assert c[0, 1].tolist() == [1.0, 1.0] and c[0, 2].tolist() == [1.0, 0.0]
-
-
-def test_union_scale_is_one_for_the_true_routing_and_below_for_a_scattering_prediction(write):
-    from ecosim.union_scale import union_scale
-    trace = read_trace(write(tiny_trace(5, requests=4, positions=40)))
-    t = Trees(trace)
-    beta, fold, in_sample = union_scale(t, trace.experts_3d())  # the routing itself: not counted
-    assert not in_sample and (beta == 1.0).all() and fold.shape == (t.n_trees,)
-    beta, _, _ = union_scale(t, trace.experts_3d().copy())  # an equal copy is counted, and comes out 1 too
-    assert (beta == 1.0).all()
-    # any other prediction: beta[f, k] is the true over predicted new experts of the other folds'
-    # trees, pooled over the ranks k - k//4 .. k + k//4 (worked here from new_counts directly)
-    from ecosim.acceptance import fold_of_rows
-    from ecosim.union_scale import new_counts
-    rng = np.random.default_rng(0)
-    noisy = np.concatenate([trace.experts_3d(), rng.integers(0, TINY.num_experts, (*trace.experts_3d().shape[:2], 2),
-                                                               dtype=np.int16)], axis=2)
-    beta, fold, _ = union_scale(t, noisy)
-    assert np.array_equal(fold, fold_of_rows(t)[t.start])
-    ranks = int(t.n_nodes.max()) + 1
-    per_tree = [new_counts(t.start[i:i + 1], t.n_nodes[i:i + 1], t.cum_logprob, noisy, trace.experts_3d(), TINY.num_experts,
-                           np.zeros(1, dtype=np.int64), 1, ranks)[0] for i in range(t.n_trees)]
-    for f in range(4):
-        c = sum(x for x, g in zip(per_tree, fold) if g != f)
-        for k in (1, 4, 8, ranks - 1):
-            lo, hi = max(1, k - k // 4), min(ranks, k + k // 4 + 1)
-            assert beta[f, k] == pytest.approx(c[lo:hi, 1].sum() / c[lo:hi, 0].sum())
-
-
-def test_tree_rescale_fits_the_line_on_the_other_folds_by_hand(write):
-    from ecosim.acceptance import fold_of_rows, rescale_trees
-    trace = read_trace(write(tiny_trace(6, requests=4, positions=30)))
-    t = Trees(trace)
-    fold = fold_of_rows(t)
-    A = t.accept_len.astype(float)
-    # values whose tree sums say nothing about acceptance (b clips at 0): every tree is then worth
-    # the mean observed accepted length of the other folds' trees
-    rng = np.random.default_rng(1)
-    value = np.where(t.depth > 0, rng.uniform(0.05, 0.5, t.n_rows), 1.0)
-    v0 = np.bincount(t.tree_of_row[t.depth > 0], value[t.depth > 0], t.n_trees)
-    v = value.copy()
-    rescale_trees(t, v, fold, 4)
-    got = np.bincount(t.tree_of_row[t.depth > 0], v[t.depth > 0], t.n_trees)
-    tf = fold[t.start]
-    for f in range(4):
-        x, y = v0[tf != f], A[tf != f]
-        b = max(0.0, np.polyfit(x, y, 1)[0])
-        a = y.mean() - b * x.mean()
-        assert np.allclose(got[tf == f], np.maximum(a + b * v0[tf == f], 0), rtol=1e-9)
-    # values that are the acceptance itself are left as they are (a = 0, b = 1)
-    exact = value.copy()
-    exact[t.depth > 0] = 0.0
-    first = t.start + 1  # put each tree's observed accepted length on its first child
-    exact[first[t.n_nodes > 1]] = A[t.n_nodes > 1]
-    keep = exact.copy()
-    assert rescale_trees(t, exact, fold, 4) == pytest.approx(1.0)
-    assert np.allclose(exact, keep)

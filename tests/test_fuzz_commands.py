@@ -5,7 +5,7 @@ on stderr) or it ran and every figure it printed is finite and non-negative. A t
 (exit 70) or a NaN, an infinity or a negative number in the output fails.
 
 Inputs are mutated from a small valid trace and profile:
-- traces: every mutation kind of tests/test_fuzz.py (damaged Parquet bytes, wrong types, dropped and repeated
+- traces: every mutation kind of tests/fuzz_kinds.py (damaged Parquet bytes, wrong types, dropped and repeated
   columns, nulls, broken trees, non-finite probabilities, manifest values of every wrong type, truncated and
   empty files, files that are not files), laid out and handed to one command;
 - hardware and serving profiles: one field set to an odd value (wrong type, NaN, infinity, negative, zero,
@@ -32,7 +32,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from test_fuzz import KINDS, ODD_VALUES, Base, Case, lay_out
+from fuzz_kinds import KINDS
+from fuzz_kinds_manifest import ODD_VALUES
+from fuzz_traces import Base, Case, lay_out
 
 SCALE = 10 if os.environ.get("ECOSIM_FUZZ") == "thousands" else 1
 FUZZ = dict(deadline=None, database=None, derandomize=SCALE == 1,

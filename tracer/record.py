@@ -43,7 +43,7 @@ from tracer.sampler import Sampler
 from tracer.tree import expand_tree
 from tracer.verify import verify_tree
 
-# Test hook (tests/test_faults.py): "N" sends this process SIGKILL right after its N-th commit,
+# Test hook (tests/test_faults_kills.py): "N" sends this process SIGKILL right after its N-th commit,
 # "N:SIGINT" a Ctrl-C, so a test can interrupt at a point that does not depend on the machine's
 # speed. Unset in normal use.
 KILL_AFTER_COMMIT = "TRACER_TEST_KILL_AFTER_COMMIT"

@@ -206,7 +206,7 @@ def _change(a: float, b: float) -> float | None:
 
 
 def to_dict(groups: list[Group], budget: int, lambdas: list[float], score: str, folds: int) -> dict[str, Any]:
-    """The JSON document `ecosim predictor compare --json` prints (schema: tests/test_predictors.py)."""
+    """The JSON document `ecosim predictor compare --json` prints (schema: tests/test_predictor_compare.py)."""
     out: dict[str, Any] = {"budget": budget, "lambdas": sorted(set(lambdas)), "score": score, "folds": folds,
                            "definitions": "ecosim/analysis/predictor_compare.py", "groups": []}
     for g in groups:

@@ -26,7 +26,7 @@ from ecosim.trace.io import find_traces, provenance_of
 from ecosim.trace.read import read_manifest, read_positions
 
 WINNER = "winner.json"
-# Test hook (tests/test_sweep.py, tests/test_faults.py): "N" sends this process SIGKILL right after
+# Test hook (tests/test_sweep_resume.py, tests/test_faults_kills.py): "N" sends this process SIGKILL right after
 # it commits its N-th part, a point that does not depend on the machine's speed; "N:SIGINT" sends
 # SIGINT instead (a user's Ctrl-C). Unset in normal use.
 KILL_AFTER_PART = "ECOSIM_TEST_KILL_AFTER_PART"

@@ -62,7 +62,7 @@ def test_sigkill_at_random_moments_then_resume(tiny_dirs, prompts_file, tmp_path
     """SIGKILL the recorder at a random moment of start-up, then right after a random number of
     its commits (the recorder's test hook, so the kills land whatever the machine's speed),
     resuming each time; after every kill `ecosim`'s checker accepts what is on disk; the end
-    result equals an uninterrupted recording. (Kills at random moments mid-write: test_faults.py.)"""
+    result equals an uninterrupted recording. (Kills at random moments mid-write: tests/test_faults_kills.py.)"""
     model = tiny_dirs["deepseek_v3"]
     opts = dict(OPTS, max_new_tokens=30, chunk=3)
     ref = run_record(_cfg(model, prompts_file, tmp_path / "ref", **opts))

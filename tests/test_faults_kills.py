@@ -1,23 +1,17 @@
-"""Faults: `ecosim sweep` and `tracer record` SIGKILLed 50 times each, and a full disk mid-write.
+"""Faults: `ecosim sweep` and `tracer record` SIGKILLed 50 times each, and `tracer record` stopped by Ctrl-C.
 
 After every kill, what is on disk must be readable (a whole results.parquet or none; a valid trace
 or none), nothing committed before may be lost, and resuming must end with exactly what an
-uninterrupted run writes. A write that fails with ENOSPC midway must leave the previous trace (or
-results file) byte for byte, no temporaries, and a one-line error.
+uninterrupted run writes.
 
-Fifty fresh processes would spend most of their time importing (torch + transformers alone take
-~5 s here), so each kill run is forked from a "zygote" process that imported everything once and
-never ran any work: a fork starts in milliseconds and runs the real command-line entry point
-(`ecosim.cli.main`, `tracer.cli.main`) with real arguments. The zygote only forks children on
-request and reaps them when told to, so a pid the test kills is always its own (a zombie at worst).
-Kills during the imports themselves (which write nothing) are left to the existing kill tests
-(tests/test_sweep.py, tests/tracer/test_tracer_resume.py), which spawn fresh processes; model
-loading, planning, recording, committing and consolidating all happen in the forked child.
+Each kill run is forked from a zygote (tests/fork_zygote.py) that imported everything once, so model
+loading, planning, recording, committing and consolidating all happen in the forked child. Kills during the
+imports themselves (which write nothing) are left to the existing kill tests (tests/test_sweep_resume.py,
+tests/tracer/test_tracer_resume.py), which spawn fresh processes.
 """
 
 from __future__ import annotations
 
-import errno
 import importlib.util
 import json
 import os
@@ -29,120 +23,12 @@ import time
 from pathlib import Path
 
 import polars as pl
-import pyarrow.parquet as pq
 import pytest
 
-from conftest import ROOT, assert_same_trace, hand_trace, tiny_trace
-from ecosim.cli import main as ecosim_main
-from ecosim.errors import EcoSimError
+from conftest import ROOT, assert_same_trace, tiny_trace
+from fork_zygote import KILLS, Zygote
 from ecosim.sweep.runner import KILL_AFTER_PART
-from ecosim.trace import write as trace_write
 from ecosim.trace.io import check_trace, write_trace
-
-KILLS = 50
-
-ZYGOTE = r"""
-import json, os, sys, traceback
-kind = sys.argv[1]
-if kind == "tracer":
-    import torch
-    torch.set_num_threads(1)
-    import safetensors.torch, tokenizers, tracer.record, tracer.pair, tracer.tree, tracer.verify  # noqa: F401
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast  # noqa: F401
-    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM  # noqa: F401  (lazy modules, imported now)
-    from tracer.cli import main as entry
-else:
-    import ecosim.cli.sweep, ecosim.cli.traces, ecosim.cli.replay, ecosim.cli.predictor, ecosim.cli.report  # noqa: F401
-    import ecosim.sweep.runner, ecosim.sweep.tasks  # noqa: F401
-    from ecosim.cli import main as _main
-    def entry(argv):
-        sys.exit(_main(argv))
-print("ready", flush=True)
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "reap" in msg:
-        _, status = os.waitpid(msg["reap"], 0)
-        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-        print(json.dumps({"status": code}), flush=True)
-        continue
-    pid = os.fork()
-    if pid == 0:
-        os.setsid()
-        os.environ.update(msg.get("env", {}))
-        null = os.open(os.devnull, os.O_RDWR)
-        os.dup2(null, 0)
-        os.dup2(null, 1)
-        err = os.open(msg["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        os.dup2(err, 2)
-        code = 0
-        try:
-            entry(msg["argv"])
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-            code = 99
-        sys.stderr.flush()
-        os._exit(code)
-    print(json.dumps({"pid": pid}), flush=True)
-"""
-
-
-class Zygote:
-    """A process that imported the commands once and forks a child per run."""
-
-    def __init__(self, kind: str, tmp: Path):
-        self.tmp = tmp
-        env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-                   OMP_NUM_THREADS="1")
-        self.proc = subprocess.Popen([sys.executable, "-c", ZYGOTE, kind], cwd=ROOT, env=env, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        assert self._read() == "ready"
-
-    def _read(self) -> str:
-        line = self.proc.stdout.readline()
-        assert line, "the zygote died"
-        return line.strip()
-
-    def _send(self, msg: dict) -> dict:
-        self.proc.stdin.write(json.dumps(msg) + "\n")
-        self.proc.stdin.flush()
-        return json.loads(self._read())
-
-    def run(self, argv: list[str], kill_after: float | None, limit: float = 120.0,
-            env: dict[str, str] | None = None) -> tuple[int, bool, str, float]:
-        """Run `argv` in a fresh fork (with `env` added); SIGKILL it after `kill_after` s if still running.
-
-        Returns (exit status, whether the kill landed, stderr, seconds it ran)."""
-        err = self.tmp / "child.err"
-        pid = self._send({"argv": argv, "stderr": str(err), "env": env or {}})["pid"]
-        t0 = time.monotonic()
-        deadline = t0 + (kill_after if kill_after is not None else limit)
-        killed = False
-        while True:  # poll without reaping: the pid stays ours (a zombie at worst) until reaped
-            state = _proc_state(pid)
-            if state in ("Z", None):
-                break
-            if time.monotonic() >= deadline:
-                os.kill(pid, signal.SIGKILL)
-                killed = kill_after is not None
-                assert killed, f"{argv[0]} ran longer than {limit} s"
-                break
-            time.sleep(0.001)
-        ran = time.monotonic() - t0
-        status = self._send({"reap": pid})["status"]
-        return status, killed and status == -signal.SIGKILL, err.read_text(), ran
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=30)
-
-
-def _proc_state(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return None
 
 
 # ====================================================================================== ecosim sweep
@@ -227,6 +113,8 @@ def test_sweep_killed_50_times_then_resumed(tmp_path):
 
 TRACER_OPTS = ["--max-new-tokens", "10", "--depth", "2", "--topk", "2", "--max-nodes", "4", "--chunk", "2",
                "--threads", "1", "--quiet"]
+
+
 PROMPTS = [
     {"task": "coding", "text": "def add(a, b):\n    return"},
     {"task": "qa", "text": "What does the with statement do?"},
@@ -345,108 +233,3 @@ def test_tracer_record_ctrl_c_says_what_was_committed_and_exits_130(tmp_path):
                        text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert check_trace(out)["recorded_on"]["complete"] is True
-
-
-# ====================================================================================== full disk
-
-
-def _snapshot(d: Path) -> dict[str, bytes]:
-    return {f.name: f.read_bytes() for f in sorted(d.iterdir())}
-
-
-def _half_then_enospc(real):
-    """A writer that writes half of what it was given, then fails as a full disk does."""
-
-    def write(table, where, **kw):
-        import io
-
-        buf = io.BytesIO()
-        real(table, buf, **kw)
-        data = buf.getvalue()
-        Path(where).write_bytes(data[: len(data) // 2])
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    return write
-
-
-STAGES = ["positions", "nodes", "manifest", "fsync", "rename"]
-
-
-@pytest.mark.parametrize("stage", STAGES)
-def test_full_disk_mid_write_leaves_the_previous_trace(tmp_path, monkeypatch, stage):
-    path = write_trace(tmp_path / "t", *hand_trace())
-    before = _snapshot(path)
-    real_write, calls = pq.write_table, []
-
-    def write_table(table, where, **kw):
-        calls.append(where)
-        if (stage == "positions" and len(calls) == 1) or (stage == "nodes" and len(calls) == 2):
-            return _half_then_enospc(real_write)(table, where, **kw)
-        return real_write(table, where, **kw)
-
-    real_text = Path.write_text
-
-    def write_text(self, data, *a, **k):
-        if stage == "manifest" and self.name == "manifest.json":
-            real_text(self, data[: len(data) // 2], *a, **k)
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_text(self, data, *a, **k)
-
-    real_fsync = os.fsync
-
-    def fsync(fd):
-        if stage == "fsync":  # delayed allocation: the disk is found full when the data is flushed
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_fsync(fd)
-
-    monkeypatch.setattr(pq, "write_table", write_table)
-    monkeypatch.setattr(Path, "write_text", write_text)
-    monkeypatch.setattr(os, "fsync", fsync)
-    if stage == "rename":
-        def no_exchange(a, b):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-        monkeypatch.setattr(trace_write, "_exchange", no_exchange)
-    with pytest.raises(EcoSimError) as e:
-        write_trace(path, *tiny_trace(3))
-    msg = str(e.value)
-    assert "\n" not in msg and "No space left on device" in msg and "previous trace is intact" in msg
-    monkeypatch.undo()
-    assert _snapshot(path) == before  # byte for byte
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["t"], "a temporary was left behind"
-    check_trace(path)
-
-
-def test_full_disk_through_the_cli_is_one_line(tmp_path, monkeypatch, capsys):
-    out = tmp_path / "s"
-    assert ecosim_main(["synth", str(out), "--model", "olmoe-1b-7b", "--requests", "1", "--positions", "5"]) == 0
-    before = _snapshot(out)
-    monkeypatch.setattr(pq, "write_table", _half_then_enospc(pq.write_table))
-    capsys.readouterr()
-    assert ecosim_main(["synth", str(out), "--model", "olmoe-1b-7b", "--requests", "2", "--positions", "5", "--force"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "No space left on device" in err[0] and err[0].startswith("ecosim: error: ")
-    monkeypatch.undo()
-    assert _snapshot(out) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
-
-
-def test_full_disk_while_writing_sweep_results_keeps_the_previous_file(tmp_path, monkeypatch, capsys):
-    trace = write_trace(tmp_path / "a", *tiny_trace(5, positions=10))
-    args = ["sweep", str(trace), "--out", str(tmp_path / "sw"), "--jobs", "1", "--policy", "ar", "--budget", "2"]
-    assert ecosim_main(args) == 0
-    results = tmp_path / "sw" / "results.parquet"
-    before = results.read_bytes()
-
-    def write_parquet(self, where, **kw):
-        Path(where).write_bytes(b"PAR1" + b"\0" * 100)  # half a file
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(pl.DataFrame, "write_parquet", write_parquet)
-    capsys.readouterr()
-    assert ecosim_main([*args[:-2], "--budget", "2,3"]) == 2  # a bigger grid: parts must be written
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "No space left on device" in err[0]
-    monkeypatch.undo()
-    assert results.read_bytes() == before
-    assert not [p for p in (tmp_path / "sw").rglob(".tmp-*")]
