@@ -51,7 +51,7 @@ from ecosim.catalog.drafts import DraftCost
 from ecosim.catalog.dtypes import BITS, at_dtype
 from ecosim.catalog.hosts import Host, load_host
 from ecosim.catalog.models import ModelShape
-from ecosim.catalog.serving import DEFAULT_SERVING, HOST_DEFAULTS, MEASURED, ServingProfile, load_serving
+from ecosim.catalog.serving import DEFAULT_SERVING, HOST_DEFAULTS, MEASURED, ServingProfile, load_serving, shipped_help
 from ecosim.options import choice, duration, fraction, option
 from ecosim.errors import InternalError
 from ecosim.placements import Hbm, Placement
@@ -70,8 +70,9 @@ class CostConfig:
         "--cost", "full: the whole step; experts-only: only routed-expert bytes at raw bandwidth (checkable by hand). "
         "Default: full.", choice("full", "experts-only")))
     serving: ServingProfile | None = field(default=None, metadata=option(
-        "--profile", "Serving profile: cuda-graphs, eager, or a .json of its fields (a `validate calibrate` profile too); "
-        "default: the hardware profile's own terms, else cuda-graphs.", load_serving))
+        "--profile", f"Serving profile: a shipped one ({shipped_help()}; engine releases in ecosim/catalog/data/serving/), "
+        "or a .json of its fields (a `validate calibrate` profile too); default: the hardware profile's own terms, else "
+        "cuda-graphs.", load_serving))
     bw_efficiency: float | None = field(default=None, metadata=option(
         "--bw-efficiency", "Achieved fraction of peak HBM bandwidth, in [0.01, 1]; default: the serving profile's "
         "(ignored under experts-only).", fraction))

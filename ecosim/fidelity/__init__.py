@@ -38,8 +38,9 @@ from ecosim.fidelity.fit import Result, fit_theta, fitted_profile, run
 from ecosim.fidelity.pricing import (FREE, HOST_FREE, POSITIONS, Linear, Priced, _costs, _price, _replay, _shape,
                                      _synth, predict, price_row)
 from ecosim.fidelity.rows import METRICS, PLAIN, PUBLISHED, load_rows, model_label
-from ecosim.fidelity.summary import summary
+from ecosim.fidelity.releases import ReleaseFit, fit_releases
+from ecosim.fidelity.summary import per_profile, summary
 
 __all__ = ["FREE", "HOST_FREE", "METRICS", "PLAIN", "POSITIONS", "PUBLISHED", "Linear", "Priced", "Result", "at_dtype",
-           "fit_theta", "fitted_profile", "load_rows", "model_label", "np", "predict", "price_row", "run", "summary",
+           "ReleaseFit", "fit_releases", "per_profile", "fit_theta", "fitted_profile", "load_rows", "model_label", "np", "predict", "price_row", "run", "summary",
            "_costs", "_price", "_replay", "_shape", "_synth"]

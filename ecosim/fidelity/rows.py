@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ecosim.catalog.models import get_model, in_catalogue
-from ecosim.catalog.serving import ServingProfile
+from ecosim.catalog.serving import ServingProfile, shipped
 from ecosim.errors import EcoSimError
 from ecosim.routing.presets import load_preset
 
@@ -32,6 +32,7 @@ def load_rows(path: Path = PUBLISHED) -> list[dict[str, Any]]:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise EcoSimError(f"{path}: not a published-measurements table ({e})") from None
     terms = {f.name for f in dataclasses.fields(ServingProfile)} - {"name", "source", "sources", "fitted_on"}
+    profiles = shipped()
     for r in rows:
         sim = r.get("sim") or {}
         if not str(r.get("url", "")).startswith("http") or r.get("metric") not in METRICS:
@@ -52,6 +53,10 @@ def load_rows(path: Path = PUBLISHED) -> list[dict[str, Any]]:
         nodes = sim.get("nodes", 1)
         if not isinstance(nodes, int) or nodes < 1:
             raise EcoSimError(f"{path}: row {r['id']!r}: sim.nodes must be a whole number >= 1")
+        release = r.get("release")
+        if release is not None and (release not in profiles or sim.get("profile", release) != release):
+            raise EcoSimError(f"{path}: row {r['id']!r}: release must name a shipped serving profile ({', '.join(profiles)})"
+                              " and agree with its sim.profile")
     return rows
 
 
