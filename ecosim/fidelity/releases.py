@@ -13,8 +13,8 @@ plain batch-1 rows (`separate` rows left out), everything else its base's:
 
 t_i the row's predicted seconds per token, y_i the published one. k runs over a grid (0.200 to 1.250 in steps of
 0.025: memory and compute combine in a max, so the step model prices each k rather than scaling one time), s over
-0 and 1 us to 100 ms log-spaced (240 points). A release with fewer than MIN_ROWS plain rows fits k alone (s as its
-base's): two terms on two rows fit both exactly and predict nothing. Held out: each plain row predicted by the fit
+0 and 1 us to 100 ms log-spaced (240 points). A release with fewer than MIN_ROWS plain rows fits k alone (s as
+cuda-graphs'): two terms on two rows fit both exactly and predict nothing. Held out: each plain row predicted by the fit
 on the release's other plain rows (leave-one-out, the same rule for the number of terms). The release's
 speculative rows are predicted under the fitted profile, nothing fitted on them.
 
@@ -99,7 +99,7 @@ def fit_release(name: str, rows: list[dict[str, Any]], fit: bool = True) -> Rele
     if fit and plain:
         r, f = _grid(plain, base, root)
         y = np.array([_seconds(x) for x in plain])
-        k, s = _solve(r, f, y, base.step_fixed_s)
+        k, s = _solve(r, f, y, root.step_fixed_s)
         prof = at_k(base, root, k, s)
     else:
         r = f = y = None
@@ -111,7 +111,7 @@ def fit_release(name: str, rows: list[dict[str, Any]], fit: bool = True) -> Rele
         if row in plain:
             if r is not None and len(plain) > 1:
                 keep = np.arange(len(plain)) != plain.index(row)
-                k, s = _solve(r[keep], f[keep], y[keep], base.step_fixed_s)
+                k, s = _solve(r[keep], f[keep], y[keep], root.step_fixed_s)
                 held = at_k(base, root, k, s)
                 res.loo_error = predict(row, price_row(row, held, ()), NONE) / row["value"] - 1
             out.plain.append(res)
