@@ -50,6 +50,7 @@ from ecosim.catalog.devices import Device
 from ecosim.catalog.drafts import DraftCost
 from ecosim.catalog.dtypes import BITS, at_dtype
 from ecosim.catalog.hosts import Host, load_host
+from ecosim.catalog.hosts import shipped as shipped_hosts
 from ecosim.catalog.models import ModelShape
 from ecosim.catalog.serving import DEFAULT_SERVING, HOST_DEFAULTS, MEASURED, ServingProfile, load_serving, shipped_help
 from ecosim.options import choice, duration, fraction, option
@@ -92,7 +93,7 @@ class CostConfig:
         "hardware or serving profile's.", choice("max", "sum")))
     host: Host | None = field(default=None, metadata=option(
         "--host", "Host machine whose RAM and CPU hold the routed experts under --placement cpu-moe[:N] or the whole "
-        "model under cpu: a catalogue host (xeon-6454s-1s, xeon-6454s-2s, epyc-9654-1s, epyc-9355-1s, desktop-ddr5-2ch, validate-cpu) "
+        f"model under cpu: a catalogue host ({', '.join(shipped_hosts())}; unified-memory ones price their own GPU) "
         "or a host .json (a `validate calibrate` profile too); default: none.", load_host))
     dtype: str | None = field(default=None, metadata=option(
         "--dtype", "Weights stored as this type (bits per weight, block scales included): bf16, fp8, int8, mxfp4, nvfp4 "
