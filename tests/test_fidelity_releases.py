@@ -88,3 +88,37 @@ def test_profile_help_lists_every_shipped_profile_with_the_rows_it_was_fitted_on
     for name in shipped():
         assert name in text
     assert "sglang-0.5 (fitted on 15 published rows: lmsys x4" in text and "sglcookbook x7" in text
+
+
+def test_cli_reports_each_release_fitted_and_held_out_and_writes_its_profile(tmp_path):
+    """On a table of vLLM's three plain rows: --json's `profiles` carries vllm-v1's fitted and leave-one-out
+    medians beside the same rows under cuda-graphs, --markdown prints the per-profile table, and --write-releases
+    writes the profile the shipped one is (refusing a folder that exists)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    def ecosim(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "ecosim.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                              env=dict(os.environ), timeout=600)
+
+    rows = [r for r in ROWS if r.get("release") == "vllm-v1" and r["sim"]]
+    table = tmp_path / "t.json"
+    table.write_text(json.dumps({"rows": rows}))
+    out = tmp_path / "rel"
+    r = ecosim("fidelity", "--table", str(table), "--json", "--write-releases", str(out))
+    assert r.returncode == 0, r.stderr
+    p = json.loads(r.stdout)["profiles"]["vllm-v1"]
+    assert p["plain_fitted"]["rows"] == p["plain_held_out"]["rows"] == p["plain_under_cuda_graphs"]["rows"] == 3
+    assert p["held_out_by"] == "leave-one-out within the release" and p["fitted_on"] == [x["id"] for x in rows]
+    assert p["plain_held_out"]["median_abs_error"] >= p["plain_fitted"]["median_abs_error"]
+    written = json.loads((out / "vllm-v1.json").read_text())
+    assert written["fitted_on"] == list(load_serving("vllm-v1").fitted_on)
+    assert written["bw_efficiency"] == pytest.approx(load_serving("vllm-v1").bw_efficiency)
+    again = ecosim("fidelity", "--table", str(table), "--write-releases", str(out))
+    assert again.returncode == 2 and "exists" in again.stderr
+    md = ecosim("fidelity", "--table", str(table), "--markdown").stdout
+    assert "| profile | plain rows | plain median, fitted | plain median, held out (how) |" in md
+    assert any(line.startswith("| vllm-v1 | 3 |") for line in md.splitlines())
