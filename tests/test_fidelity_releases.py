@@ -97,8 +97,9 @@ def test_cli_reports_each_release_fitted_and_held_out_and_writes_its_profile(tmp
     import os
     import subprocess
     import sys
+    from pathlib import Path
 
-    from conftest import ROOT
+    ROOT = Path(__file__).resolve().parents[1]
 
     def ecosim(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "ecosim.cli", *args], capture_output=True, text=True, cwd=ROOT,
