@@ -302,6 +302,6 @@ def published(profile: str = "cuda-graphs", fit: bool = True) -> dict[str, Any]:
 
     Returns {"results": [fidelity.Result], "fitted": {constant: seconds}, "skipped": [row],
     "summary": the error summary, "plain_metrics": the metric names of plain-decode rows}."""
-    results, theta, skipped = _fidelity.run(load_serving(profile), fit=fit)
+    results, theta, skipped = _fidelity.run(load_serving(profile), fit=fit, rows=_fidelity.load_rows())
     return {"results": results, "fitted": dict(zip(_fidelity.FREE, map(float, theta))), "skipped": skipped,
             "summary": _fidelity.summary(results), "plain_metrics": _fidelity.PLAIN}

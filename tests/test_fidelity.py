@@ -257,7 +257,7 @@ def test_speculative_rows_route_as_the_shapes_preset_and_refuse_a_shape_without_
     assert cfg.preset.startswith("preset qwen3-30b-a3b:") and (cfg.depth, cfg.topk) == (3, 3)
     assert (cfg.token_affinity, cfg.parent_affinity, cfg.context, cfg.skew, cfg.context_share) == \
         (k.token_affinity, k.parent_affinity, k.context, k.skew, k.context_share)
-    monkeypatch.setattr(fid, "shipped_preset", lambda shape: None)
+    monkeypatch.setattr(fid.pricing, "shipped_preset", lambda shape: None)
     with pytest.raises(EcoSimError, match="no routing preset"):
         fid._synth({"model": "qwen3-30b"}, True, requests=2)
     assert fid._synth({"model": "qwen3-30b"}, False, requests=2).preset == ""  # one token a step: its top-k whatever the knobs

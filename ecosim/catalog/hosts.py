@@ -50,6 +50,11 @@ class Host:
     overlap: str = "max"  # how memory and compute combine on the host: max (overlapped) or sum
     step_overhead_s: float | None = None  # measured hosts (validate calibrate): fixed time per step
     draft_time_s: float | None = None  # measured hosts: draft seconds per speculative step
+    # Unified memory (Apple M-series, AMD Strix Halo): the GPU and the CPU share this RAM, so the host is its own
+    # device (as_device: the integrated GPU at gpu_flops over the same bandwidth), experts "in host memory" cost the
+    # bandwidth every other weight costs, no hidden state crosses PCIe, and one pool holds both sides' shares.
+    unified: bool = False
+    gpu_flops: float | None = None  # FLOP/s, the integrated GPU's dense FP16 peak (unified hosts)
     source: str = ""
     sources: tuple[tuple[str, str], ...] = ()
 
@@ -73,10 +78,12 @@ class Host:
 
     def as_device(self) -> Device:
         """The host as the one device of the `cpu` placement: dense weights and KV read from RAM at
-        B_host eta_read, dense arithmetic at the matrix-vector rate, its measured terms where it has them."""
+        B_host eta_read, dense arithmetic at the matrix-vector rate, its measured terms where it has them. A unified
+        host is the device of every placement, its arithmetic the integrated GPU's (gpu_flops)."""
+        peak = self.gpu_flops if self.unified and self.gpu_flops else self.gemv_flops
         return Device(
-            name=self.name, hbm_bw=self.bandwidth, hbm_bytes=self.ram_bytes, peak_bf16=self.gemv_flops,
-            peak_fp8=self.gemv_flops, link_bw=self.bandwidth, pcie_bw=self.bandwidth,
+            name=self.name, hbm_bw=self.bandwidth, hbm_bytes=self.ram_bytes, peak_bf16=peak,
+            peak_fp8=peak, link_bw=self.bandwidth, pcie_bw=self.bandwidth,
             step_overhead_s=self.step_overhead_s, bw_efficiency=self.read_efficiency, compute_efficiency=1.0,
             overlap=self.overlap, draft_time_s=self.draft_time_s, serving=MEASURED if self.measured else None,
             source=self.source,
@@ -122,6 +129,8 @@ def _host(data: dict[str, Any], name: str) -> Host:
                           f"gemm_flops, read_efficiency in (0, 1], non-negative {', '.join(numbers)}")
     if host.overlap not in ("max", "sum"):
         raise EcoSimError(f"host {host.name}: overlap must be max or sum, got {host.overlap!r}")
+    if not isinstance(host.unified, bool) or not (host.gpu_flops is None or (isinstance(host.gpu_flops, (int, float)) and host.gpu_flops > 0)):
+        raise EcoSimError(f"host {host.name}: unified must be true or false and gpu_flops a positive FLOP/s")
     return host
 
 

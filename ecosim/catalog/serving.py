@@ -11,6 +11,7 @@ Precedence, one rule everywhere: an explicit CLI value > the profile's value > t
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,23 @@ HOST_DEFAULTS = {"host_layer_s": 0.0, "host_read_efficiency": 1.0, "host_gemm_ef
 
 def shipped() -> list[str]:
     return sorted(p.stem for p in DATA.glob("*.json"))
+
+
+def shipped_help() -> str:
+    """The shipped profiles for `--profile`'s help, each fitted one with the published rows it was fitted on (by
+    source: the ids' first word, e.g. `sglcookbook x7`; the ids themselves are in its file and `ecosim fidelity`)."""
+    out = []
+    for name in shipped():
+        try:
+            fitted = json.loads((DATA / f"{name}.json").read_text()).get("fitted_on") or []
+        except (OSError, ValueError, AttributeError):  # the gate says what is wrong when the profile is loaded
+            fitted = []
+        by: dict[str, int] = {}
+        for row in fitted:
+            by[str(row).split("-")[0]] = by.get(str(row).split("-")[0], 0) + 1
+        rows = ", ".join(k if n == 1 else f"{k} x{n}" for k, n in by.items())
+        out.append(f"{name} (fitted on {len(fitted)} published rows: {rows})" if fitted else name)
+    return "; ".join(out)
 
 
 def load_serving(name_or_path: str | Path, _seen: tuple[str, ...] = ()) -> ServingProfile:

@@ -12,10 +12,11 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from ecosim.catalog.serving import DEFAULT_SERVING, load_serving, shipped
+from ecosim.catalog.serving import DEFAULT_SERVING, load_serving, shipped_help
 from ecosim.cli import app, fail, wide_console
 from ecosim.catalog.hosts import load_host
-from ecosim.fidelity import FREE, PUBLISHED, fitted_profile, load_rows, model_label, run, summary
+from ecosim.fidelity import FREE, PUBLISHED, fit_releases, fitted_profile, load_rows, model_label, per_profile, run, summary
+from ecosim.fidelity.releases import write_releases as write_release_files
 
 
 def _pct(x: float | None) -> str:
@@ -54,6 +55,24 @@ def _markdown(results: list[Any]) -> str:
     return "\n".join(out)
 
 
+def _profile_lines(profiles: dict[str, Any], markdown: bool) -> list[str]:
+    """Per engine profile: its plain median error in sample and held out, and its speculative rows' median."""
+    def med(g: dict[str, Any]) -> str:
+        return f"{g['median_abs_error']:.1%}" if g["rows"] else "-"
+
+    out = ["| profile | plain rows | plain median, fitted | plain median, held out (how) | same rows under cuda-graphs "
+           "| speculative rows, median |", "|---|---|---|---|---|---|"] if markdown else []
+    for name, p in profiles.items():
+        cells = (name, str(p["plain_fitted"]["rows"] + (0 if p["held_out_by"].startswith("leave") else p["plain_held_out"]["rows"])),
+                 med(p["plain_fitted"]), f"{med(p['plain_held_out'])} ({p['plain_held_out']['rows']} rows, {p['held_out_by']})",
+                 med(p.get("plain_under_cuda_graphs", {"rows": 0})),
+                 f"{p['speculative']['rows']}, {med(p['speculative'])}" if p["speculative"]["rows"] else "-")
+        out.append("| " + " | ".join(cells) + " |" if markdown else
+                   f"profile {cells[0]}: {cells[1]} plain rows, median |error| fitted {cells[2]}, held out {cells[3]}, under "
+                   f"cuda-graphs {cells[4]}; speculative rows {cells[5]}")
+    return out
+
+
 def _summary_lines(s: dict[str, Any]) -> list[str]:
     out = []
     for key, label in (("plain_all", "plain batch-1 decode, every row"), ("plain_held_out", "plain, held-out rows"),
@@ -78,10 +97,11 @@ def _summary_lines(s: dict[str, Any]) -> list[str]:
 
 @app.command()
 def fidelity(
-    profile: Annotated[str, typer.Option(help=f"Serving profile whose fixed fields are used ({', '.join(shipped())} or a .json).")] = DEFAULT_SERVING,
+    profile: Annotated[str, typer.Option(help=f"Serving profile whose fixed fields are used: {shipped_help()}; or a .json.")] = DEFAULT_SERVING,
     fit: Annotated[bool, typer.Option(help="Fit the profile's free constants (step, kernel, collective, draft-level latency, host sync) on the rows marked fit; --no-fit uses the profile's own values.")] = True,
     table: Annotated[Path | None, typer.Option(help="A published-measurements JSON of the same format; default: the one shipped. A row's sim.model may be a Hugging Face config.json (or its folder) and sim.preset a routing preset, both relative to this file.")] = None,
     write_profile: Annotated[Path | None, typer.Option(help="Write the fitted serving profile to this (new) JSON file.")] = None,
+    write_releases: Annotated[Path | None, typer.Option(help="Write each engine-release profile fitted on its own release's plain rows (sglang-0.4.json, ...) into this (new) folder.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
     markdown: Annotated[bool, typer.Option(help="Print the rows as a Markdown table, each linked to its source, then the summary lines.")] = False,
     host: Annotated[str | None, typer.Option(help="Price the rows with experts in host memory on this host (a catalogue host or a host .json) instead of each row's own: a what-if, the fit redone on it.")] = None,
@@ -92,8 +112,9 @@ def fidelity(
     constants are fitted on the declared fit set only; every other row is held out, and the fit
     rows are also predicted leave-one-out.
     """
-    if write_profile is not None and write_profile.exists():
-        fail(f"{write_profile}: exists; refusing to overwrite it")
+    for out in (write_profile, write_releases):
+        if out is not None and out.exists():
+            fail(f"{out}: exists; refusing to overwrite it")
     base = load_serving(profile)
     rows = load_rows(table or PUBLISHED)
     if host is not None:
@@ -107,6 +128,10 @@ def fidelity(
         results, theta, skipped = run(base, fit, rows, progress=lambda _id: bar.advance(task))
     s = summary(results)
     used = dict(zip(FREE, map(float, theta)))
+    releases = fit_releases(rows, fit)
+    profiles = per_profile(results, releases, used)
+    if write_releases is not None:
+        write_release_files(releases, write_releases)
     if write_profile is not None:
         prof = fitted_profile(base, theta, [r["id"] for r in rows if r.get("fit") and not (r.get("sim") or {}).get("profile")])
         write_profile.write_text(json.dumps(prof.to_dict(), indent=1) + "\n")
@@ -120,7 +145,7 @@ def fidelity(
                       "sim": {k: v for k, v in x.row["sim"].items() if not k.startswith("_")}, "url": x.row["url"],
                       "separate": x.row.get("separate")} for x in results],
             "not_predicted": [{"id": r["id"], "why": r.get("not_predicted"), "url": r["url"]} for r in skipped],
-            "summary": s,
+            "summary": s, "profiles": profiles,
         }, indent=1))
         return
     fit_mark = "(fit)" if markdown else "F"  # how each output marks the fit set's rows
@@ -131,12 +156,15 @@ def fidelity(
         head += (f"\nprofile {name}, " + ("fitted on its own (fit) rows: " if fit else "as shipped: ")
                  + ", ".join(f"{k} {v * 1e6:.4g} us" for k, v in terms.items()))
     if markdown:
-        print(_markdown(results) + "\n\n```\n" + "\n".join([head, *_summary_lines(s)]) + "\n```")
+        print(_markdown(results) + "\n\n" + "\n".join(_profile_lines(profiles, True)) + "\n\n```\n"
+              + "\n".join([head, *_summary_lines(s)]) + "\n```")
         return
     console = wide_console()
     console.print(_table(results))
     console.print(head)
     for line in _summary_lines(s):
+        console.print(line)
+    for line in _profile_lines(profiles, False):
         console.print(line)
     console.print(f"[dim]{len(skipped)} rows not predicted (batch > 1, no acceptance length, unknown shape or hardware); "
                   "see --json. Sources: the url of each row in ecosim/catalog/data/published.json[/dim]")

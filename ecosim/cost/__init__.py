@@ -87,11 +87,13 @@ class CostModel:
         self.host_mask = self.placement.host_layers(self.model)
         if self.host_mask is not None and not self.host_mask.any():
             self.host_mask = None
+        if self.config.host is not None and self.config.host.unified:  # one memory: the host is the device
+            self.device = self.config.host.as_device()
         if self.placement.on_host or self.host_mask is not None:
             from ecosim.placements.host_capacity import need_host
 
             host = need_host(self.placement, self.config.host)
-            if self.placement.on_host:  # the host is the device (hosts.py: Host.as_device)
+            if self.placement.on_host or host.unified:  # the host is the device (hosts.py: Host.as_device)
                 self.device = host.as_device()
         self.terms = Terms.resolve(self.config, self.device)
         self.placement.check_model(self.model)  # ep:64 on 32 experts: refused before any pricing

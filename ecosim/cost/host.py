@@ -21,7 +21,7 @@ def host_layer_times(cost: CostModel, union: np.ndarray, tokens: np.ndarray) -> 
         F(1) = gemv_flops;  F(n > 1) = gemm_flops eta_gemm min(1, m / gemm_rows),  m = n k / u
 
     (hosts.py; comb_host: the host's overlap, max or sum). The PCIe term is the hidden states' round trip to the
-    CPU and back (cpu-moe only: under cpu they never leave the host); t_layer the engine's synchronisation per host
+    CPU and back (cpu-moe on a host with its own GPU only: under cpu, or on a unified-memory host, none crosses); t_layer the engine's synchronisation per host
     layer (ServingProfile.host_layer_s). Under experts-only: the union's bytes at the raw host bandwidth."""
     host, m, e = cost.host, cost.model, cost.engine
     assert host is not None
@@ -34,6 +34,6 @@ def host_layer_times(cost: CostModel, union: np.ndarray, tokens: np.ndarray) -> 
     rate = host.flops(n, per_expert) * np.where(n > 1, e.host_gemm_efficiency, 1.0)
     compute = 2.0 * n * m.top_k * m.expert_params / rate
     t = np.maximum(memory, compute) if host.overlap == "max" else memory + compute
-    if not cost.placement.on_host:
+    if not cost.placement.on_host and not host.unified:  # unified memory: the GPU reads the CPU's results in place
         t = t + 2.0 * n * m.hidden_size * ACT_BYTES / cost.device.pcie_bw
     return t + e.host_layer_s

@@ -13,7 +13,7 @@ from ecosim.catalog.devices import Device
 from ecosim.catalog.dtypes import BITS
 from ecosim.catalog.hosts import Host, load_host
 from ecosim.catalog.hosts import shipped as shipped_hosts
-from ecosim.catalog.serving import DEFAULT_SERVING, HOST_DEFAULTS, MEASURED, ServingProfile, load_serving, shipped
+from ecosim.catalog.serving import DEFAULT_SERVING, HOST_DEFAULTS, MEASURED, ServingProfile, load_serving, shipped_help
 from ecosim.options import choice, duration, fraction, option
 
 ACT_BYTES = 2  # BF16 activations crossing the link
@@ -30,8 +30,9 @@ class CostConfig:
         "--cost", "full: the whole step; experts-only: only routed-expert bytes at raw bandwidth (checkable by hand). "
         "Default: full.", choice("full", "experts-only")))
     serving: ServingProfile | None = field(default=None, metadata=option(
-        "--profile", f"Serving profile: {', '.join(shipped())}, or a .json of its fields (a `validate calibrate` profile too); "
-        "default: the hardware profile's own terms, else cuda-graphs.", load_serving))
+        "--profile", f"Serving profile: a shipped one ({shipped_help()}; engine releases in ecosim/catalog/data/serving/), "
+        "or a .json of its fields (a `validate calibrate` profile too); default: the hardware profile's own terms, else "
+        "cuda-graphs.", load_serving))
     bw_efficiency: float | None = field(default=None, metadata=option(
         "--bw-efficiency", "Achieved fraction of peak HBM bandwidth, in [0.01, 1]; default: the serving profile's "
         "(ignored under experts-only).", fraction))
@@ -51,7 +52,7 @@ class CostConfig:
         "hardware or serving profile's.", choice("max", "sum")))
     host: Host | None = field(default=None, metadata=option(
         "--host", "Host machine whose RAM and CPU hold the routed experts under --placement cpu-moe[:N] or the whole "
-        f"model under cpu: a catalogue host ({', '.join(shipped_hosts())}) "
+        f"model under cpu: a catalogue host ({', '.join(shipped_hosts())}; unified-memory ones price their own GPU) "
         "or a host .json (a `validate calibrate` profile too); default: none.", load_host))
     dtype: str | None = field(default=None, metadata=option(
         "--dtype", "Weights stored as this type (bits per weight, block scales included): bf16, fp8, int8, mxfp4, nvfp4 "

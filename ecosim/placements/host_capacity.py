@@ -3,6 +3,7 @@ host each hold, and the one-line refusal that names what would fit.
 
     host RAM:  h E e  (+ everything else under cpu)          h: MoE layers on the host, E experts, e bytes each
     GPU:       (L_moe - h) E e + W_dense + c kappa            under cpu-moe[:N]
+    unified memory (Host.unified): both in the host's one RAM
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ def check_cpu_moe(placement: object, model: ModelShape, device: Device, host: Ho
     host = need_host(placement, host)
     h = int(mask.sum())
     gpu, ram = split(model, h, ctx)
+    if host.unified:  # one memory holds both shares (the device is the host: Host.as_device)
+        gpu, ram = 0.0, gpu + ram
     vram_ok, ram_ok = gpu <= device.hbm_bytes * fraction, ram <= host.ram_bytes * host.memory_fraction
     if vram_ok and ram_ok:
         return
