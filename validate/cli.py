@@ -1,4 +1,4 @@
-"""The `validate` command line: `calibrate`, `run`, `report`, `device-check`.
+"""The `validate` command line: `calibrate`, `run`, `report`, `device-check`, `sampling-check`.
 
 Exit status of `validate run` and `validate report` (also in their --help and README):
 0 every check passed; 1 not lossless (one line names the first diverging position); 2 bad input
@@ -25,10 +25,12 @@ from ecosim.policies import registry
 from ecosim.tree_config import TREE, TreeShape
 from validate.calibrate.config import CalibConfig
 from validate.devicecheck.config import FULL_TARGETS, CheckConfig
+from validate.sampling_cli import sampling_check
 
 CALIB = CalibConfig()  # the defaults of `validate calibrate` and of the on-the-spot calibration
 
 app = make_app("validate", "Run a policy end to end on real hardware and compare with what the simulator predicts.")
+app.command("sampling-check")(sampling_check)  # lossless in distribution at T > 0 (validate/sampling_check.py)
 
 # shared options
 Model = Annotated[str, typer.Option(help="Target: a pair directory (target/ and draft/), a checkpoint directory, a registry name or a hub id.")]
