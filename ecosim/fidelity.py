@@ -53,6 +53,7 @@ from ecosim.catalog.hosts import load_host
 from ecosim.catalog.serving import ServingProfile, load_serving
 from ecosim.cost import CostConfig, CostModel
 from ecosim.errors import EcoSimError
+from ecosim.fidelity_sampled import check_temperatures
 from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
@@ -100,6 +101,7 @@ def load_rows(path: Path = PUBLISHED) -> list[dict[str, Any]]:
         nodes = sim.get("nodes", 1)
         if not isinstance(nodes, int) or nodes < 1:
             raise EcoSimError(f"{path}: row {r['id']!r}: sim.nodes must be a whole number >= 1")
+    check_temperatures(rows, path)
     return rows
 
 
