@@ -62,7 +62,8 @@ def test_the_same_histogram_twice_is_homogeneous(counts):
 
 @given(st.floats(0.01, 200.0), st.floats(0.01, 50.0), st.integers(1, 60))
 def test_the_survival_function_decreases(x, dx, dof):
-    assert 0.0 <= chi2_sf(x + dx, dof) <= chi2_sf(x, dof) <= 1.0
+    # up to rounding: near 1 the terms of the sum are added in double precision
+    assert 0.0 <= chi2_sf(x + dx, dof) <= chi2_sf(x, dof) + 1e-12 and chi2_sf(x, dof) <= 1.0
 
 
 # ------------------------------------------------------------------------------------------------ on the tiny pair
