@@ -1,8 +1,9 @@
 """Published acceptance lengths (ecosim/catalog/accept_table.py) and `synth` using them, as a spec.
 
 The table is read from the published measurements (one home per figure); `synth --draft D` without
-`--accept-len` matches the figure of D on the same model (else its family), on the tree it was measured with, and
-prints where it comes from; without `--draft` it only points at it; where none exists it says so.
+`--accept-len` matches the figure of D on the same model (else its family) measured at the trace's temperature, on
+the tree it was measured with, and prints where it comes from; without `--draft` it only points at it; where none
+exists it says so.
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ from ecosim.trace.io import read_trace
 def test_the_table_is_the_published_rows_that_carry_an_acceptance_length():
     entries = table()
     gpt = [e for e in entries if e.model == "gpt-oss-120b" and e.draft == "eagle3"]
-    assert [(e.steps, e.topk, e.draft_tokens, e.accept_len) for e in gpt] == [(3, 1, 4, 2.41)]
+    assert [(e.steps, e.topk, e.draft_tokens, e.accept_len, e.temperature) for e in gpt] == [(3, 1, 4, 2.41, 0.7)]
     mtp = sorted((e.steps, e.accept_len) for e in entries if e.draft == "mtp" and "trtllm" in e.row)
     assert mtp == [(1, 1.92), (2, 2.58), (3, 2.82), (4, 2.99), (5, 3.01)]  # one figure per setting, not per metric
     assert all(e.url.startswith("http") for e in entries)
 
 
 def test_lookup_prefers_the_model_then_its_family_and_choose_the_users_setting():
-    same, whence = lookup(get_model("gpt-oss-120b"), "eagle3")
+    same, whence = lookup(get_model("gpt-oss-120b"), "eagle3", 0.7)
     assert {e.model for e in same} == {"gpt-oss-120b"} and whence == "measured on gpt-oss-120b"
+    assert lookup(get_model("gpt-oss-120b"), "eagle3") == ([], "")  # measured while sampling at 0.7: not a greedy figure
     fam, whence = lookup(get_model("qwen3-235b-a22b"), "eagle3")
     assert {e.model for e in fam} == {"qwen3-30b-a3b"} and "qwen3_moe family" in whence
     assert choose(fam, 3, 1).accept_len == 1.86  # SpecForge's 3/1/4 chain
@@ -37,18 +39,37 @@ def test_lookup_prefers_the_model_then_its_family_and_choose_the_users_setting()
 
 def test_synth_with_a_named_draft_matches_the_published_figure_and_says_where_from(tmp_path, capsys):
     out = tmp_path / "t"
-    assert main(["synth", str(out), "--model", "gpt-oss-120b", "--draft", "eagle3", "--requests", "2",
-                 "--positions", "40"]) == 0
+    assert main(["synth", str(out), "--model", "qwen3-30b-a3b", "--draft", "eagle3", "--depth", "3", "--topk", "1",
+                 "--requests", "2", "--positions", "40"]) == 0
     said = capsys.readouterr().out
-    assert "acceptance: 2.41 tokens/step" in said and "specdrift-gptoss120b-h100-eagle3-bs1" in said
+    assert "acceptance: 1.86 tokens/step, published for qwen3-30b-a3b" in said and "specforge339-30ba3b-eagle3-s3k1n4" in said
     m = read_trace(out, validate=False).manifest
-    assert m["draft"]["accept_len"] == 2.41
+    assert m["draft"]["accept_len"] == 1.86
     assert (m["tree"]["depth"], m["tree"]["topk"], m["tree"]["max_nodes"]) == (3, 1, 4)
+
+
+def test_a_figure_measured_while_sampling_serves_only_a_trace_at_that_temperature(tmp_path, capsys):
+    """SpecDrift's gpt-oss-120b EAGLE-3 figure (2.41) was measured at T=0.7: a greedy trace does not take it, a trace
+    sampled at 0.7 does (and then needs no --accept-len)."""
+    assert main(["synth", str(tmp_path / "g"), "--model", "gpt-oss-120b", "--draft", "eagle3", "--requests", "1",
+                 "--positions", "20"]) == 0
+    assert "no published figure for eagle3 on gpt-oss-120b or its family at T=0" in capsys.readouterr().out
+    out = tmp_path / "s"
+    assert main(["synth", str(out), "--model", "gpt-oss-120b", "--draft", "eagle3", "--temperature", "0.7",
+                 "--requests", "2", "--positions", "40"]) == 0
+    said = capsys.readouterr().out
+    assert "acceptance: 2.41 tokens/step at T=0.7, published for gpt-oss-120b" in said
+    m = read_trace(out).manifest
+    assert m["draft"]["accept_len"] == 2.41 and m["decoding"]["temperature"] == 0.7
+    assert (m["tree"]["depth"], m["tree"]["topk"], m["tree"]["max_nodes"]) == (3, 1, 4)
+    assert main(["synth", str(tmp_path / "h"), "--model", "gpt-oss-120b", "--draft", "eagle3", "--temperature", "1.0",
+                 "--requests", "1", "--positions", "20"]) == 2  # nothing published at T=1 for a batch-1 setting
+    assert "--accept-len measured at that temperature" in capsys.readouterr().err and not (tmp_path / "h").exists()
 
 
 def test_synth_without_a_draft_keeps_accept_per_node_and_points_at_the_figure(tmp_path, capsys):
     out = tmp_path / "t"
-    assert main(["synth", str(out), "--model", "gpt-oss-120b", "--requests", "1", "--positions", "20"]) == 0
+    assert main(["synth", str(out), "--model", "qwen3-30b-a3b", "--requests", "1", "--positions", "20"]) == 0
     said = capsys.readouterr().out
     assert "add --draft eagle3 to match it" in said
     m = json.loads((out / "manifest.json").read_text())

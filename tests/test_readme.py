@@ -49,6 +49,39 @@ def test_readme_replay_block_is_what_the_command_prints():
     assert "\nverdict: fastest over 8 traces: " in printed  # the README shows the verdict the command ends with
 
 
+def readme_temperature_block() -> str:
+    """The block under "**The tune answer at T = 0 and at T = 0.7 (synthetic).**"."""
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"\*\*The tune answer at T = 0 and at T = 0\.7 \(synthetic\)\.\*\*.*?\n```\n(.*?)\n```", text, flags=re.S)
+    assert m, "the README's tune-at-two-temperatures block is missing"
+    return m.group(1)
+
+
+def test_readme_tune_at_two_temperatures_is_what_the_commands_print(tmp_path):
+    """Each `$ ecosim ...` line of the block is run (in a scratch folder, COLUMNS=200); the lines under it are lines
+    it prints (trailing spaces stripped). Regenerate by running the block's commands."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    steps: list[tuple[list[str], list[str]]] = []
+    for line in readme_temperature_block().splitlines():
+        if line.startswith("$ ecosim "):
+            steps.append((shlex.split(line[len("$ ecosim "):]), []))
+        else:
+            steps[-1][1].append(line)
+    assert [s[0][0] for s in steps] == ["synth", "synth", "tune", "tune", "tune"]
+    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(ROOT)}
+    for args, expected in steps:
+        r = subprocess.run([sys.executable, "-m", "ecosim.cli", *args], capture_output=True, text=True, cwd=tmp_path,
+                           env=env, timeout=600)
+        assert r.returncode == 0, r.stderr
+        printed = [x.rstrip() for x in r.stdout.splitlines()]
+        for want in expected:
+            assert want in printed, (args, want)
+
+
 def test_the_first_screen_shows_tune_right_after_the_main_command_with_what_it_prints():
     """`ecosim tune` follows the main command on the README's first screen, and the block under it is
     what it prints (regenerate it with the command above it when tune's output changes)."""

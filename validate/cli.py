@@ -1,4 +1,4 @@
-"""The `validate` command line: `calibrate`, `run`, `report`, `device-check`.
+"""The `validate` command line: `calibrate`, `run`, `report`, `device-check`, `sampling-check`.
 
 Exit status of `validate run` and `validate report` (also in their --help and README):
 0 every check passed; 1 not lossless (one line names the first diverging position); 2 bad input
@@ -25,10 +25,12 @@ from ecosim.policies import registry
 from ecosim.tree_config import TREE, TreeShape
 from validate.calibrate.config import CalibConfig
 from validate.devicecheck.config import FULL_TARGETS, CheckConfig
+from validate.sampling_cli import sampling_check
 
 CALIB = CalibConfig()  # the defaults of `validate calibrate` and of the on-the-spot calibration
 
 app = make_app("validate", "Run a policy end to end on real hardware and compare with what the simulator predicts.")
+app.command("sampling-check")(sampling_check)  # lossless in distribution at T > 0 (validate/sampling_check.py)
 
 # shared options
 Model = Annotated[str, typer.Option(help="Target: a pair directory (target/ and draft/), a checkpoint directory, a registry name or a hub id.")]
@@ -220,18 +222,26 @@ def run_cmd(
     calib_contexts: Annotated[list[str] | None, typer.Option(help="On-the-spot calibration: context lengths (default: the trace's shortest and longest); repeatable or a comma list.")] = None,
     overlap: Overlap = "auto",
     clock: ClockOpt = "auto",
+    temperature: Annotated[float, typer.Option(min=0.0, max=100.0, help="Sampling temperature: the trace is recorded, the reference "
+                                                    "decoded and every policy verified (target-only) with this sampler and "
+                                                    "seed; 0: greedy. With --trace: the trace's own (giving another is refused).")] = 0.0,
+    top_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Nucleus sampling mass (with --temperature).")] = 1.0,
+    sample_top_k: Annotated[int, typer.Option(min=0, max=2**31 - 1, help="Sample among the K most probable tokens (0: all; with --temperature).")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Seed of the sampled continuation (with --temperature).")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress messages.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Start again in --out, replacing the validate run there (without it, the same command "
                                                     "continues an interrupted run; any other folder is never written into).")] = False,
     no_fail: NoFail = False,
 ) -> None:
     """Speculative decoding for real with the winner, ar and confidence; measure, check losslessness, compare.
+    At --temperature T > 0 the trace, the reference and every policy are sampled with the same sampler and seed.
 
     Exit status: 0 every check passed; 1 not lossless; 2 bad input; 3 a fidelity target missed
-    (mean or worst error, ranking, winner faster than confidence); 130 interrupted. --no-fail
-    turns 3 into 0. Work is committed as each request's round ends (RUN/parts/): rerunning the
+    (mean or worst error, accepted length, ranking, winner faster than confidence); 130 interrupted.
+    --no-fail turns 3 into 0. Work is committed as each request's round ends (RUN/parts/): rerunning the
     same command after an interruption continues it.
     """
+    from tracer.sampler import Sampler
     from validate.choice import from_flags, read_winner
     from validate.measure import RunConfig, command_line, run_validation
     from validate.report import render
@@ -257,7 +267,7 @@ def run_cmd(
                     attn=attn, threads=threads, max_new_tokens=max_new_tokens, max_prompts=max_prompts, depth=depth, topk=topk,
                     max_nodes=max_nodes, repeats=repeats, clock=clock, hardware=hardware, trace=trace, calib=calib, progress=not quiet,
                     command=command_line(sys.argv[1:]), contexts_from_trace=contexts is None, force=force, retime=retime,
-                    retime_repeats=retime_repeats)
+                    retime_repeats=retime_repeats, sampler=Sampler(temperature, top_p, sample_top_k, seed))
     say = (lambda msg: None) if quiet else None
     try:
         doc = run_validation(cfg, say)
@@ -319,6 +329,9 @@ def missed_targets(doc: dict) -> list[str]:
         missed.append(f"mean absolute error {doc['mae_pct']:.2f}% > {tg['mae_pct']['target']:g}%")
     if not tg["worst_pct"]["met"]:
         missed.append(f"worst error {doc['worst_pct']:.2f}% > {tg['worst_pct']['target']:g}%")
+    acc = tg.get("accepted_length_pct")  # absent in comparisons written before it
+    if acc is not None and not acc["met"]:
+        missed.append(f"accepted length (tokens per step) off by {acc['value']:.2f}% > {acc['target']:g}%")
     if not tg["ranking_preserved"]["met"]:
         missed.append("the simulated ranking of the policies differs from the measured one")
     w = tg.get("winner_faster_than_confidence")
@@ -327,12 +340,18 @@ def missed_targets(doc: dict) -> list[str]:
     return missed
 
 
+def _plain(doc: dict) -> str:
+    """How the reference was decoded, in words: 'greedy' or 'sampled (T=0.7, seed 0)'."""
+    d = doc.get("decoding") or {"mode": "greedy"}
+    return "greedy" if d.get("mode") != "sample" else f"sampled (T={d['temperature']:g}, seed {d['seed']})"
+
+
 def _exit_on_failed_checks(doc: dict, no_fail: bool) -> None:
     """Exit 1 (not lossless) or 3 (a fidelity target missed, unless --no-fail), with one line saying why."""
     if not doc["lossless"]:
         f = doc["lossless_failures"][0]
         print(f"validate: error: not lossless: {f['policy']} request {f['request']} (repeat {f['repeat']}) diverges from "
-              f"greedy decoding at position {f['position']} (expected token {f['expected']}, got {f['got']})", file=sys.stderr)
+              f"{_plain(doc)} decoding at position {f['position']} (expected token {f['expected']}, got {f['got']})", file=sys.stderr)
         raise typer.Exit(1)
     missed = missed_targets(doc)
     if missed and not no_fail:

@@ -6,13 +6,17 @@ One step at position `pos`, with the context (prompt + tokens before `pos`) in b
             tokens accepted last step fed to the draft in its first forward [ar: the root alone]
     select  the policy picks a subtree of it (live.Selector: ecosim's select_* functions)
     verify  one target forward over the selected nodes only, tree attention mask, routing
-            captured by the tracer's router hooks; greedy acceptance (a child is accepted iff its
-            parent is and its token is the parent's argmax); the accepted path's keys are moved to
-            the front of the new cache entries and the rest dropped
+            captured by the tracer's router hooks; each node's next token is the target's argmax, or
+            at T > 0 its draw (tracer.sampler: the random number of the generated index it fills);
+            a child is accepted iff its parent is and its token is the parent's next token (greedy
+            acceptance; at T > 0 target-only verification, ecosim/sampling.py); the accepted path's
+            keys are moved to the front of the new cache entries and the rest dropped
 
-and the step yields the root plus the accepted tokens; the argmax after the deepest accepted node
-is the next root. Each phase is timed with the clock (synchronised on CUDA). Under greedy decoding
-this is lossless: the tokens equal `greedy()`'s, which `measure` checks for every policy.
+and the step yields the root plus the accepted tokens; the next token after the deepest accepted node
+is the next root. Each phase is timed with the clock (synchronised on CUDA). This is lossless: the
+tokens equal `plain()`'s, greedy or sampled with the same seed, which `measure` checks for every policy.
+Target-only verification is lossless for any tree, so at T > 0 the output is distributed as the
+target's own samples (`validate sampling-check` tests the distribution with independent seeds).
 
 tracer.verify.verify_tree keeps only the root in the cache (the recorder moves one position at a
 time); a decoder keeps the whole accepted path, so `verify_subtree` + `keep_path` here wrap
@@ -21,6 +25,7 @@ tracer's CachedLM and RouterCapture instead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -30,6 +35,7 @@ import torch
 from tracer.pair import Pair
 from tracer.routing import RouterCapture
 from tracer.runner import CachedLM
+from tracer.sampler import Sampler
 from tracer.tree import Tree, chain, expand_tree
 from validate.clock import Clock
 from validate.live import Prev, Selector
@@ -82,7 +88,8 @@ def subtree(tree: Tree, mask: np.ndarray) -> tuple[Tree, np.ndarray]:
 
 
 def accept_path(sub: Tree, target_next: np.ndarray) -> list[int]:
-    """Node ids (in `sub`) of the greedy-accepted chain, root first."""
+    """Node ids (in `sub`) of the accepted chain, root first: a child is accepted iff its parent is and its token
+    is the parent's `target_next` (the argmax, or at T > 0 the target's draw: target-only verification)."""
     n = len(sub)
     ok = np.zeros(n, dtype=bool)
     ok[0] = True
@@ -100,15 +107,21 @@ def accept_path(sub: Tree, target_next: np.ndarray) -> list[int]:
     return path[::-1]
 
 
+Draw = Callable[[torch.Tensor, np.ndarray], np.ndarray]  # (logits (n, vocab), depths) -> next token per node
+
+
 @torch.inference_mode()
-def verify_subtree(target: CachedLM, capture: RouterCapture, sub: Tree) -> tuple[np.ndarray, np.ndarray]:
-    """One target forward over `sub` after the cached context: (argmax per node, experts (n, layers, k)).
-    The cache is left holding context + every node of `sub`; `keep_path` trims it."""
+def verify_subtree(target: CachedLM, capture: RouterCapture, sub: Tree, draw: Draw | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """One target forward over `sub` after the cached context: (next token per node: the argmax, or `draw`'s,
+    experts (n, layers, k)). The cache is left holding context + every node of `sub`; `keep_path` trims it."""
     ctx = len(target)
     pos = torch.from_numpy(sub.depths) + ctx
     with capture.capture():
         logits = target.forward(torch.from_numpy(sub.tokens), pos, sub.ancestors(), ctx)
     experts, _ = capture.collect()
+    if draw is not None:
+        return draw(logits, sub.depths), experts
     return logits.argmax(dim=-1).cpu().numpy(), experts
 
 
@@ -173,9 +186,16 @@ def union_sizes(experts: np.ndarray, num_experts: int) -> list[int]:
     return hit.sum(axis=1).tolist()
 
 
-@torch.inference_mode()
 def greedy(model: Any, prompt: list[int], max_new_tokens: int, eos_ids: frozenset[int], stop_at_eos: bool = True) -> list[int]:
-    """Plain greedy decoding with the model's own causal masks and a fresh cache: the reference."""
+    """Plain greedy decoding with the model's own causal masks and a fresh cache: the reference at T = 0."""
+    return plain(model, prompt, max_new_tokens, eos_ids, stop_at_eos)
+
+
+@torch.inference_mode()
+def plain(model: Any, prompt: list[int], max_new_tokens: int, eos_ids: frozenset[int], stop_at_eos: bool = True,
+          sampler: Sampler = Sampler(), request: int = 0) -> list[int]:
+    """Plain decoding with the model's own causal masks and a fresh cache, one token a forward: the reference.
+    Generated index n is `sampler`'s draw with u(seed, request, n) (the argmax at T = 0)."""
     from transformers import DynamicCache
 
     dev = model.get_input_embeddings().weight.device
@@ -185,7 +205,7 @@ def greedy(model: Any, prompt: list[int], max_new_tokens: int, eos_ids: frozense
     while len(out) < max_new_tokens:
         o = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
         cache = o.cache
-        t = int(o.logits[0, -1].argmax())
+        t = int(sampler.draw(o.logits[0, -1:], request, np.array([len(out)]))[0])
         if stop_at_eos and t in eos_ids:
             break
         out.append(t)
@@ -197,8 +217,8 @@ class SpecDecoder:
     """Decodes requests with one selection policy at a time on a loaded pair."""
 
     def __init__(self, pair: Pair, clock: Clock, depth: int, topk: int, max_nodes: int, max_new_tokens: int,
-                 stop_at_eos: bool = True):
-        self.pair, self.clock = pair, clock
+                 stop_at_eos: bool = True, sampler: Sampler = Sampler()):
+        self.pair, self.clock, self.sampler = pair, clock, sampler
         self.depth, self.topk, self.max_nodes = depth, topk, max_nodes
         self.max_new_tokens, self.stop_at_eos = max_new_tokens, stop_at_eos
         self.num_experts = pair.shape.num_experts
@@ -222,7 +242,7 @@ class SpecDecoder:
         speculative = selector.spec.speculative
         ids = torch.tensor(prompt, dtype=torch.long)
         tgt.reset()
-        root = int(tgt.extend(ids)[-1].argmax())
+        root = int(self.sampler.draw(tgt.extend(ids)[-1:], rid, np.zeros(1, np.int64))[0])
         if speculative:
             dr.reset()
             dr.extend(ids)
@@ -255,7 +275,9 @@ class SpecDecoder:
             mask = selector.select(manifest, rid, tree.tokens, tree.parents, tree.depths, tree.draft_logprob, prev, true)
             sub, _ = subtree(tree, mask)
             t2 = clock.now()
-            nxt, experts = verify_subtree(tgt, p.capture, sub)
+            # a node at depth d fills generated index pos + d + 1: its draw uses that index's random number
+            draw = None if self.sampler.greedy else (lambda lg, d, at=pos: self.sampler.draw(lg, rid, at + 1 + d))
+            nxt, experts = verify_subtree(tgt, p.capture, sub, draw)
             path = accept_path(sub, nxt)
             keep_path(tgt, ctx, path)
             t3 = clock.now()

@@ -7,7 +7,8 @@
    the fit is then local to the steps it must price), the calibration runs spread between the
    decoding rounds of 4 (so that calibration and measurement meet the same load from other
    processes);
-3. decode every prompt greedily, plainly (`decode.greedy`): the reference;
+3. decode every prompt plainly (`decode.plain`): greedily, or at T > 0 sampled with the trace's sampler and
+   seed (the same random number for each generated index): the reference;
 4. decode every prompt with each policy (the winner, `ar`, `confidence`), `repeats` times,
    interleaved (repeat -> request -> policy) so that load from other processes falls on all
    policies alike; each step's phases are the median over the repeats;
@@ -46,7 +47,7 @@ from validate.calibrate import Calibration
 from validate.calibrate.pair import bench_for, design_for, environment, profile_of
 from validate.choice import spec_dict
 from validate.clock import Clock, make_clock
-from validate.decode import Decoded, SpecDecoder, Step, greedy
+from validate.decode import Decoded, SpecDecoder, Step, plain
 from validate.live import Selector
 from validate.parts import Parts
 from validate.recorded import (
@@ -141,8 +142,8 @@ def decode_all(cfg: RunConfig, pair: Pair, trace: Trace, opts: TraceOptions, pro
     # a policy that selects by the cost model prices with the profile given (before any re-timing)
     cost = cost_model(trace, get_device(str(cfg.hardware)), Hbm(), CostConfig()) if cfg.hardware is not None else None
     selectors = [Selector(s, pair.shape, trace, cost=cost) for s in policies]
-    dec = SpecDecoder(pair, clock, tree.depth, tree.topk, tree.max_nodes, max_new, stop)
-    warm = SpecDecoder(pair, clock, tree.depth, tree.topk, tree.max_nodes, min(max_new, 4), stop)
+    dec = SpecDecoder(pair, clock, tree.depth, tree.topk, tree.max_nodes, max_new, stop, opts.sampler)
+    warm = SpecDecoder(pair, clock, tree.depth, tree.topk, tree.max_nodes, min(max_new, 4), stop, opts.sampler)
     runs: Runs = {}
     rounds, done = cfg.repeats * len(prompts), 0
     before = parts.rounds_done()
@@ -213,8 +214,8 @@ def finish_calibration(cfg: RunConfig, pair: Pair, trace: Trace, cal: Calibratio
 
 def check_lossless(cfg: RunConfig, runs: Runs, reference: dict[int, list[int]],
                    recorded: dict[int, list[int]]) -> tuple[list[dict], list[dict]]:
-    """Phase 5: (policy failures, trace failures). Speculative decoding must reproduce greedy
-    decoding token for token in every repeat; the recorded trace must too, or the simulator
+    """Phase 5: (policy failures, trace failures). Speculative decoding must reproduce plain
+    decoding (greedy, or sampled with the same seed) token for token in every repeat; the recorded trace must too, or the simulator
     predicted other work than was measured. Each failure names the first diverging position."""
     policies = cfg.choice.policies
     failures = []
@@ -277,9 +278,9 @@ def run_validation(cfg: RunConfig, say: Any = None) -> dict[str, Any]:
         cal = start_calibration(cfg, pair, trace, opts, clock, say)
         reference = parts.reference()
         if reference is None or set(reference) != set(prompts):
-            say("greedy reference")  # phase 3
-            reference = {rid: greedy(pair.target.model, p, opts.max_new_tokens, pair.eos_ids, opts.stop_at_eos)
-                         for rid, p in prompts.items()}
+            say("greedy reference" if opts.sampler.greedy else f"sampled reference (T={opts.sampler.temperature:g})")
+            reference = {rid: plain(pair.target.model, p, opts.max_new_tokens, pair.eos_ids, opts.stop_at_eos,
+                                    opts.sampler, rid) for rid, p in prompts.items()}  # phase 3
             parts.save_reference(reference)
         runs = decode_all(cfg, pair, trace, opts, prompts, clock, cal, say, parts)
     except KeyboardInterrupt:
@@ -296,7 +297,7 @@ def run_validation(cfg: RunConfig, say: Any = None) -> dict[str, Any]:
         "trace_draft": trace.manifest.get("draft", {}),
         "device": env["device"], "environment": env, "repeats": cfg.repeats,
         "trace": str(Path(trace_path).resolve()), "profile": str(Path(profile_path).resolve()),
-        "tree": opts.tree.to_dict(), "max_new_tokens": opts.max_new_tokens,
+        "tree": opts.tree.to_dict(), "max_new_tokens": opts.max_new_tokens, "decoding": opts.sampler.decoding(),
         "choice": cfg.choice.to_dict(), "policies": [spec_dict(s) for s in cfg.choice.policies],
         "requests": [{"request_id": rid, "prompt_tokens": len(p), "tokens": len(reference[rid])} for rid, p in prompts.items()],
         "lossless": not failures,

@@ -14,6 +14,7 @@ from ecosim.errors import EcoSimError
 from ecosim.trace.io import Trace
 from ecosim.tree_config import TreeShape
 from tracer.pair import Pair
+from tracer.sampler import Sampler
 
 
 def record(cfg: Any) -> Path:
@@ -28,11 +29,13 @@ def record(cfg: Any) -> Path:
 
 @dataclass(frozen=True)
 class TraceOptions:
-    """How the trace was recorded: its tree, tokens per request, and whether it stopped at EOS."""
+    """How the trace was recorded: its tree, tokens per request, whether it stopped at EOS, and how the target's
+    tokens were chosen (greedy, or sampled: the same sampler and seed decode the run, so both follow the trace)."""
 
     tree: TreeShape
     max_new_tokens: int
     stop_at_eos: bool
+    sampler: Sampler = Sampler()
 
 
 def tree_options(trace: Trace) -> TraceOptions:
@@ -41,7 +44,25 @@ def tree_options(trace: Trace) -> TraceOptions:
     opts = trace.manifest.get("recorded_on", {}).get("options", {})
     most = max((int(r["positions"]) for r in trace.manifest["requests"]), default=0)
     return TraceOptions(TreeShape(depth=int(t["depth"]), topk=int(t["topk"]), max_nodes=int(t["max_nodes"])),
-                        int(opts.get("max_new_tokens", most)), bool(opts.get("stop_at_eos", True)))
+                        int(opts.get("max_new_tokens", most)), bool(opts.get("stop_at_eos", True)), sampler_of(trace.manifest))
+
+
+def sampler_of(manifest: dict[str, Any]) -> Sampler:
+    """The sampler a trace was recorded with (its manifest's `decoding`; greedy when absent)."""
+    d = manifest.get("decoding") or {"mode": "greedy"}
+    if d.get("mode") != "sample":
+        return Sampler()
+    return Sampler(float(d["temperature"]), float(d.get("top_p", 1.0)), int(d.get("top_k", 0)), int(d.get("seed", 0)))
+
+
+def check_same_sampler(given: Sampler, manifest: dict[str, Any], where: Path) -> None:
+    """One line when --temperature/--top-p/--sample-top-k/--seed were given and differ from how `trace` was recorded."""
+    if given.greedy:
+        return  # not given: the trace's own decoding is used
+    had = sampler_of(manifest)
+    if had != given:
+        raise EcoSimError(f"--trace {where} was recorded with decoding {had.decoding()}, not {given.decoding()}: "
+                          "leave out the sampling options to use the trace's, or record another trace")
 
 
 def check_same_model(pair: Pair, trace: Trace) -> None:

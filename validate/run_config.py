@@ -22,6 +22,7 @@ from ecosim.trace.schema import MANIFEST
 from ecosim.tree_config import TREE
 from tracer.loading import check_device, resolve
 from tracer.prompts import read_prompts
+from tracer.sampler import Sampler
 from validate.calibrate import CalibConfig
 from validate.choice import Choice
 from validate.parts import Parts
@@ -64,6 +65,7 @@ class RunConfig:
     force: bool = False  # replace a validate run already in `out`
     retime: bool = True  # with `hardware`: re-time anchors between rounds and scale the profile to this run (drift.py)
     retime_repeats: int = 2  # runs of each anchor case
+    sampler: Sampler = field(default_factory=Sampler)  # temperature 0: greedy; recorded into the trace and decoded with
 
     def resume_key(self) -> dict:
         """The options a rerun must repeat to continue this run (validate/parts.py), as JSON values."""
@@ -75,6 +77,8 @@ class RunConfig:
                "policies": [s.label() for s in self.choice.policies], "calib": asdict(self.calib),
                "contexts_from_trace": self.contexts_from_trace, "retime": self.retime,
                "retime_repeats": self.retime_repeats}
+        if not self.sampler.greedy:  # absent at T = 0: greedy runs continue as before
+            key["decoding"] = self.sampler.decoding()
         return json.loads(json.dumps(key))
 
     def check(self) -> None:
@@ -94,6 +98,16 @@ class RunConfig:
             raise EcoSimError(f"--max-new-tokens {self.max_new_tokens}: must be at least 1")
         if self.trace is not None and not (self.trace / MANIFEST).is_file():
             raise EcoSimError(f"--trace {self.trace}: no such trace (a directory with {MANIFEST})")
+        t = self.sampler
+        if not (0.0 <= t.temperature <= 100.0) or not (0.0 < t.top_p <= 1.0) or t.top_k < 0 or t.seed < 0:
+            raise EcoSimError(f"--temperature {t.temperature} in [0, 100], --top-p {t.top_p} in (0, 1], "
+                              f"--sample-top-k {t.top_k} and --seed {t.seed} at least 0")
+        if t.greedy and (t.top_p != 1.0 or t.top_k):
+            raise EcoSimError("--top-p and --sample-top-k apply to sampling: give --temperature above 0")
+        if self.trace is not None and not t.greedy:
+            from validate.recorded import check_same_sampler
+
+            check_same_sampler(t, read_manifest(self.trace), self.trace)
         for spec in self.choice.policies:
             if spec.predictor:
                 check_predictor_name(spec.predictor)

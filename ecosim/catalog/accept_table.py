@@ -6,6 +6,10 @@ people asking "is speculation worth it on my model" have no figure of their own.
 came with batch-1 runs; this module reads them as a table keyed by (model, draft kind, steps, top-k, draft
 tokens), so there is one home for each figure: a row added to the table is a figure `synth` can use.
 
+Sampling lowers acceptance (ecosim/sampling.py), so a figure is keyed by the temperature its source decoded at too
+(the row's `temperature`, 0 when absent): a greedy trace takes a greedy figure, a trace sampled at T only one
+measured at T.
+
 `lookup` prefers the same model, then the same family (same architecture and router), and says which it took;
 `choose` picks the setting the user's tree asks for, else the largest tree measured (the trace is then recorded
 with that setting's shape, so the figure is matched on the tree it was measured on).
@@ -19,6 +23,7 @@ from functools import cache
 from pathlib import Path
 
 from ecosim.catalog.models import MODELS, ModelShape
+from ecosim.fidelity_sampled import temperature as row_temperature
 
 PUBLISHED = Path(__file__).parent / "data" / "published.json"
 
@@ -33,9 +38,11 @@ class Acceptance:
     accept_len: float
     row: str  # published.json row id
     url: str
+    temperature: float = 0.0  # the sampling temperature it was measured at (0: greedy)
 
     def describe(self) -> str:
-        return (f"{self.accept_len:g} tokens/step, published for {self.model} + {self.draft} at {self.steps} steps, "
+        at = f" at T={self.temperature:g}" if self.temperature > 0 else ""
+        return (f"{self.accept_len:g} tokens/step{at}, published for {self.model} + {self.draft} at {self.steps} steps, "
                 f"top-k {self.topk}, {self.draft_tokens} draft tokens (row {self.row}: {self.url})")
 
 
@@ -50,17 +57,19 @@ def table(path: Path = PUBLISHED) -> tuple[Acceptance, ...]:
         if not acc or sim.get("model") not in MODELS or not sim.get("draft") or not steps or not n:
             continue
         e = Acceptance(sim["model"], sim["draft"], int(steps), int(sim.get("topk") or r.get("topk") or 1), int(n),
-                       float(acc), r["id"], r.get("url") or "")
-        seen.setdefault((e.model, e.draft, e.steps, e.topk, e.draft_tokens, e.accept_len, e.url), e)
+                       float(acc), r["id"], r.get("url") or "", row_temperature(r))
+        seen.setdefault((e.model, e.draft, e.steps, e.topk, e.draft_tokens, e.accept_len, e.url, e.temperature), e)
     return tuple(seen.values())
 
 
-def lookup(shape: ModelShape, draft: str) -> tuple[list[Acceptance], str]:
-    """The published figures of `draft` on this shape's model, else on its family; and which it was."""
-    same = [e for e in table() if e.draft == draft and e.model == shape.name]
+def lookup(shape: ModelShape, draft: str, temperature: float = 0.0) -> tuple[list[Acceptance], str]:
+    """The published figures of `draft` measured at `temperature` on this shape's model, else on its family; and
+    which it was."""
+    at = [e for e in table() if e.draft == draft and e.temperature == temperature]
+    same = [e for e in at if e.model == shape.name]
     if same:
         return same, f"measured on {shape.name}"
-    family = [e for e in table() if e.draft == draft and MODELS[e.model].family == shape.family]
+    family = [e for e in at if MODELS[e.model].family == shape.family]
     return family, (f"measured on {family[0].model}, the nearest model of the {shape.family} family" if family else "")
 
 

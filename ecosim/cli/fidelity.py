@@ -17,6 +17,7 @@ from ecosim.cli import app, fail, wide_console
 from ecosim.catalog.hosts import load_host
 from ecosim.fidelity import FREE, PUBLISHED, fit_releases, fitted_profile, load_rows, model_label, per_profile, run, summary
 from ecosim.fidelity.releases import write_releases as write_release_files
+from ecosim.fidelity_sampled import sampled_line, sampled_summary, temperature
 
 
 def _pct(x: float | None) -> str:
@@ -34,13 +35,13 @@ def _table(results: list[Any]) -> Table:
     t = Table(title="ecosim fidelity: predicted vs published (F = in the fit set, S = summarised separately)",
               title_justify="left")
     for col, just in (("row", "left"), ("", "left"), ("model", "left"), ("hardware", "left"), ("placement", "left"),
-                      ("metric", "left"), ("published", "right"), ("predicted", "right"), ("error", "right"),
+                      ("metric", "left"), ("T", "right"), ("published", "right"), ("predicted", "right"), ("error", "right"),
                       ("LOO", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for x in results:
         r, s = x.row, x.row["sim"]
         t.add_row(r["id"], "F" if r.get("fit") else "S" if r.get("separate") else "", model_label(s) + f" {s['dtype']}", f"{s['hardware']}", _where(s),
-                  r["metric"], f"{r['value']:.4g}", f"{x.predicted:.4g}", _pct(x.error), _pct(x.loo_error))
+                  r["metric"], f"{temperature(r):g}", f"{r['value']:.4g}", f"{x.predicted:.4g}", _pct(x.error), _pct(x.loo_error))
     return t
 
 
@@ -50,6 +51,7 @@ def _markdown(results: list[Any]) -> str:
     for x in results:
         r, s = x.row, x.row["sim"]
         tag = " (fit)" if r.get("fit") else " (separate)" if r.get("separate") else ""
+        tag += f" (T={temperature(r):g})" if temperature(r) > 0 else ""
         out.append(f"| [{r['id']}]({r['url']}){tag} | {model_label(s)} {s['dtype']}, {s['hardware']} {_where(s)} | {r['metric']} "
                    f"| {r['value']:.4g} | {x.predicted:.4g} | {x.error * 100:+.0f}% |")
     return "\n".join(out)
@@ -127,6 +129,7 @@ def fidelity(
         task = bar.add_task("predicting", total=todo)
         results, theta, skipped = run(base, fit, rows, progress=lambda _id: bar.advance(task))
     s = summary(results)
+    hot = sampled_line(sampled_summary(results), skipped)  # the rows measured while sampling, apart
     used = dict(zip(FREE, map(float, theta)))
     releases = fit_releases(rows, fit)
     profiles = per_profile(results, releases, used)
@@ -143,9 +146,10 @@ def fidelity(
                       "predicted": x.predicted, "error": x.error, "loo_error": x.loo_error,
                       "synthetic_accept_len": x.accept_len,
                       "sim": {k: v for k, v in x.row["sim"].items() if not k.startswith("_")}, "url": x.row["url"],
-                      "separate": x.row.get("separate")} for x in results],
-            "not_predicted": [{"id": r["id"], "why": r.get("not_predicted"), "url": r["url"]} for r in skipped],
-            "summary": s, "profiles": profiles,
+                      "separate": x.row.get("separate"), "temperature": temperature(x.row)} for x in results],
+            "not_predicted": [{"id": r["id"], "why": r.get("not_predicted"), "url": r["url"], "temperature": temperature(r)}
+                              for r in skipped],
+            "summary": {**s, "sampled": sampled_summary(results)}, "profiles": profiles,
         }, indent=1))
         return
     fit_mark = "(fit)" if markdown else "F"  # how each output marks the fit set's rows
@@ -157,7 +161,7 @@ def fidelity(
                  + ", ".join(f"{k} {v * 1e6:.4g} us" for k, v in terms.items()))
     if markdown:
         print(_markdown(results) + "\n\n" + "\n".join(_profile_lines(profiles, True)) + "\n\n```\n"
-              + "\n".join([head, *_summary_lines(s)]) + "\n```")
+              + "\n".join([head, *_summary_lines(s), *([hot] if hot else [])]) + "\n```")
         return
     console = wide_console()
     console.print(_table(results))
@@ -166,5 +170,7 @@ def fidelity(
         console.print(line)
     for line in _profile_lines(profiles, False):
         console.print(line)
+    if hot:
+        console.print(hot, markup=False, highlight=False)
     console.print(f"[dim]{len(skipped)} rows not predicted (batch > 1, no acceptance length, unknown shape or hardware); "
                   "see --json. Sources: the url of each row in ecosim/catalog/data/published.json[/dim]")

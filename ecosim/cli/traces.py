@@ -84,15 +84,16 @@ def inspect(
     wide_console().print(t)
 
 
-def _published_acceptance(shape, draft: str, depth: int | None, topk: int | None, use: bool):
+def _published_acceptance(shape, draft: str, depth: int | None, topk: int | None, use: bool, temperature: float = 0.0):
     """The published acceptance length synth matches when the user names a --draft but gives no --accept-len
-    (accept_table.py), saying where it comes from; without --draft (the default draft) the figure is only pointed at,
-    so a trace generated without naming a draft keeps --accept per node, as it always has."""
-    entries, whence = lookup(shape, draft)
+    (accept_table.py), measured at the trace's temperature, saying where it comes from; without --draft (the default
+    draft) the figure is only pointed at, so a trace generated without naming a draft keeps --accept per node, as it
+    always has."""
+    entries, whence = lookup(shape, draft, temperature)
     e = choose(entries, depth, topk)
     if e is None:
-        print(f"acceptance: no published figure for {draft} on {shape.name} or its family; --accept per node as given "
-              "(give --accept-len with its source)")
+        print(f"acceptance: no published figure for {draft} on {shape.name} or its family at T={temperature:g}; "
+              "--accept per node as given (give --accept-len with its source)")
         return None
     if not use:
         print(f"acceptance: --accept per node as given; a published figure exists ({e.describe()}): "
@@ -119,7 +120,7 @@ def synth(
     draft: Annotated[str | None, typer.Option(help=f"Draft kind imitated ({', '.join(DRAFTS)}): its bytes per level go in the manifest; default mtp for DeepSeek-V3, eagle3 otherwise.")] = None,
     draft_model: Annotated[Path | None, typer.Option(help="A separate dense draft model's config.json (or its folder): its bytes and layers price each draft level (implies --draft model).")] = None,
     confidence: Annotated[float, typer.Option(min=0.01, max=0.99, help="Mean draft probability of the top child.")] = 0.6,
-    temperature: Annotated[float, typer.Option(min=0.0, max=100.0, help="Label the trace sampled at this temperature (target-only verification, trace format version 3); needs --accept-len measured at that temperature, since sampling lowers acceptance (traces-sampled/ halves it on the committed pair).")] = 0.0,
+    temperature: Annotated[float, typer.Option(min=0.0, max=100.0, help="Label the trace sampled at this temperature (target-only verification, trace format version 3); needs --accept-len measured at that temperature, or --draft with a figure published at it, since sampling lowers acceptance (traces-sampled/ halves it on the committed pair).")] = 0.0,
     preset: Annotated[str | None, typer.Option(help="Routing knobs from a preset (a shipped model name or a .json from --calibrate); default: the model's shipped preset; 'none' for the knobs below.")] = None,
     skew: Annotated[float | None, typer.Option(min=0.0, help="Zipf exponent of expert popularity (0 = uniform); default from the preset, else 1.0.")] = None,
     token_affinity: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Weight of the token's own experts; default from the preset, else 0.5.")] = None,
@@ -154,9 +155,9 @@ def synth(
         fail("--token-affinity + --parent-affinity must be at most 1")
     if draft_model is not None and draft not in (None, "model"):
         fail(f"--draft-model is a separate draft model: it goes with --draft model, not --draft {draft}")
-    if temperature > 0 and accept_len is None:
+    if temperature > 0 and accept_len is None and not (draft and lookup(shape, draft, temperature)[0]):
         fail(f"--temperature {temperature:g}: give --accept-len measured at that temperature (sampling lowers "
-             "acceptance; a greedy figure would overstate it)")
+             "acceptance; a greedy figure would overstate it), or --draft of a published figure at that temperature")
     if draft == "model" and draft_model is None:
         fail("--draft model is a separate draft model: give its config.json with --draft-model PATH")
     dense = dense_draft(str(draft_model)) if draft_model is not None else None
@@ -165,7 +166,8 @@ def synth(
     d = get_draft(draft) if draft else None
     published = None
     if accept_len is None and not (d and d.accept_len):
-        published = _published_acceptance(shape, draft or default_draft(shape), depth, topk, use=draft is not None)
+        published = _published_acceptance(shape, draft or default_draft(shape), depth, topk, use=draft is not None,
+                                          temperature=temperature)
     tree = (published.steps, published.topk, published.draft_tokens) if published else (None, None, None)
     cfg = SynthConfig(requests, positions, depth or (d.depth if d and d.depth else tree[0] or TREE.depth),
                       topk or (d.topk if d and d.topk else tree[1] or TREE.topk), max_nodes or tree[2] or TREE.max_nodes,

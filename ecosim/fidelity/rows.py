@@ -16,6 +16,7 @@ from typing import Any
 from ecosim.catalog.models import get_model, in_catalogue
 from ecosim.catalog.serving import ServingProfile, shipped
 from ecosim.errors import EcoSimError
+from ecosim.fidelity_sampled import check_temperatures
 from ecosim.routing.presets import load_preset
 
 PUBLISHED = Path(__file__).parent.parent / "catalog" / "data" / "published.json"
@@ -57,6 +58,7 @@ def load_rows(path: Path = PUBLISHED) -> list[dict[str, Any]]:
         if release is not None and (release not in profiles or sim.get("profile", release) != release):
             raise EcoSimError(f"{path}: row {r['id']!r}: release must name a shipped serving profile ({', '.join(profiles)})"
                               " and agree with its sim.profile")
+    check_temperatures(rows, path)
     return rows
 
 
