@@ -22,9 +22,8 @@ from typing import Any
 import numpy as np
 
 from ecosim.predictors.base import Candidates, ScoringPredictor, Selection, Shape, top_ids
-from ecosim.predictors.freq import expert_prior
-
-TOKEN_CHUNK = 256  # tokens counted at once (bounds a (tokens, layers, E) count block)
+from ecosim.predictors.freq import prior_of_counts
+from ecosim.predictors.token_kernels import count_top, pairwise_plan, pick_top_k
 
 
 @dataclass
@@ -46,21 +45,9 @@ class TokenTable:
         width = min(width, E)
         uniq, inv, n = np.unique(token.astype(np.int64), return_inverse=True, return_counts=True)
         order = np.argsort(inv, kind="stable")
-        inv_sorted = inv[order]
-        ids = np.zeros((len(uniq), L, width), dtype=np.int16)
-        counts = np.zeros((len(uniq), L, width), dtype=np.float32)
-        layer = (np.arange(L, dtype=np.int32) * E)[None, :, None]
-        for a in range(0, len(uniq), TOKEN_CHUNK):
-            b = min(a + TOKEN_CHUNK, len(uniq))
-            lo, hi = np.searchsorted(inv_sorted, [a, b])
-            rows = order[lo:hi]
-            ex = experts[rows]
-            flat = ((inv[rows].astype(np.int32) - a) * (L * E))[:, None, None] + layer + ex
-            block = np.bincount(flat[ex >= 0], minlength=(b - a) * L * E).reshape(b - a, L, E).astype(np.float32)
-            top = top_ids(block, width)
-            ids[a:b] = top
-            counts[a:b] = np.take_along_axis(block, top, axis=-1)
-        prior = expert_prior(experts, E).astype(np.float32)
+        bounds = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
+        ids, counts, slots = count_top(order, bounds, np.ascontiguousarray(experts, dtype=np.int16), E, width)
+        prior = prior_of_counts(slots).astype(np.float32)  # expert_prior(experts, E), from the same pass
         return cls(uniq, n.astype(np.float32), ids, counts, prior, float(alpha), k)
 
     def lookup(self, token: np.ndarray) -> np.ndarray:
@@ -69,6 +56,19 @@ class TokenTable:
         i = np.minimum(i, max(len(self.tokens) - 1, 0))
         hit = (self.tokens[i] == token) if len(self.tokens) else np.zeros(len(token), dtype=bool)
         return np.where(hit, i, -1)
+
+    def top_k_ids(self, idx: np.ndarray, k: int) -> np.ndarray:
+        """(n, L, k) int16: `top_ids(scores_of(idx), k)`, the k best-scored experts of table rows
+        `idx`, without the dense scores (token_kernels.py: same ids, ties included)."""
+        L, E = self.prior.shape
+        k = min(k, E)
+        if self.alpha <= 0 or len(self.tokens) == 0 or k <= 0:  # no prior term to rank the unlisted by
+            return top_ids(self.scores_of(idx), k).astype(np.int16)
+        prior_order = np.argsort(-self.prior.astype(np.float64), axis=1, kind="stable")
+        c = np.ascontiguousarray
+        return pick_top_k(c(idx, dtype=np.int64), c(self.n, dtype=np.float32), c(self.ids, dtype=np.int16),
+                          c(self.counts, dtype=np.float32), c(self.prior, dtype=np.float32), prior_order, pairwise_plan(E), self.alpha,
+                          self.top_k, k)
 
     def scores_of(self, idx: np.ndarray) -> np.ndarray:
         """(n, L, E) float32 scores of table rows `idx` (-1 = unseen: the prior)."""
@@ -115,6 +115,10 @@ class TokenPredictor(ScoringPredictor):
             return 0.0
         t0 = time.perf_counter()
         every = np.arange(-1, len(self.table.tokens))  # -1 first: the unseen token's set
+        if self.selection.mass is None:
+            k = self.selection.width(self.shape.num_experts, self.shape.top_k)
+            self._picked = (self.selection, self.table.top_k_ids(every, k))
+            return time.perf_counter() - t0
         picked = np.concatenate([self.selection.apply(self.table.scores_of(every[a : a + 1024]), self.shape.top_k)
                                  for a in range(0, len(every), 1024)])
         self._picked = (self.selection, picked)
