@@ -8,12 +8,16 @@ committed traces.
 
 from __future__ import annotations
 
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from conftest import ROOT, tiny_trace
+from conftest import ROOT, TINY, tiny_trace
 from ecosim.catalog.devices import get_device
 from ecosim.cost import CostConfig, CostModel
 from ecosim.placements import parse_placement
@@ -22,6 +26,7 @@ from ecosim.policies.confidence import confidence_rank, select_confidence
 from ecosim.policies.evict import profiled_cost, union_counts
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
+from ecosim.synth import SynthConfig, synthesize
 from ecosim.trace.io import find_traces, read_trace
 from ecosim.tree import Trees
 
@@ -57,6 +62,27 @@ def test_evict_profile_grown_budget_by_budget_is_the_direct_one_bit_for_bit(writ
         want = profiled_cost_reference(t, rank, cost, kmax)
         assert np.array_equal(profiled_cost(t, rank, cost, kmax), want)
         assert np.array_equal(profiled_cost(t, rank, cost, 3), want[:4])  # a smaller budget: its prefix
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**16), st.integers(1, 3), st.integers(2, 30), st.integers(1, 7), st.integers(1, 5),
+       st.integers(1, 40), st.sampled_from(PLACEMENTS), st.integers(0, 45), st.sampled_from([3, 9, 58]))
+def test_evict_profile_is_the_direct_one_on_random_trees(seed, requests, positions, depth, topk, max_nodes, placement, budget,
+                                                         layers):
+    """Random tree shapes (a single node to wide and deep), any placement, any largest budget
+    (beyond the largest tree too), few MoE layers or many (where numpy sums a step's layers
+    pairwise, not one by one): the walk in rank order gives the per-budget pass's floats."""
+    from ecosim.trace.io import write_trace
+
+    shape = replace(TINY, num_layers=layers, moe_layers=tuple(range(layers)))
+    parts = synthesize(shape, SynthConfig(requests=requests, positions=positions, depth=depth, topk=topk,
+                                          max_nodes=max_nodes, seed=seed))
+    with tempfile.TemporaryDirectory() as d:
+        trace = read_trace(write_trace(Path(d) / "t", *parts))
+        t = Trees(trace)
+        rank = confidence_rank(t)
+        [(_, cost)] = _costs(trace, (placement,))
+        assert np.array_equal(profiled_cost(t, rank, cost, budget), profiled_cost_reference(t, rank, cost, budget))
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: Path(p).name)

@@ -1,4 +1,5 @@
-"""The `token` table's compiled fit and top-k sets give exactly what the dense numpy definitions give.
+"""The `token` table's compiled fit and top-k sets give exactly what the dense numpy definitions give,
+and the compiled pairwise sum they rank with is numpy's.
 
 The references below are the definitions written out over a dense (tokens x layers x experts)
 block: bincount every token's slots, keep the `width` most counted (`top_ids`), score every
@@ -9,9 +10,13 @@ few distinct counts and a coarse prior make ties common, where an approximate ke
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from numba import njit
+
+from ecosim.pairwise import pairwise, pairwise_plan
 from ecosim.predictors.base import top_ids
 from ecosim.predictors.freq import expert_prior
 from ecosim.predictors.token import TokenTable
@@ -86,3 +91,22 @@ def test_normalising_may_merge_neighbours_into_a_tie_that_the_lower_id_wins() ->
     assert top_ids(table.scores_of(unseen), 1).tolist() == [[[2]]]
     assert table.top_k_ids(unseen, 1).tolist() == [[[2]]]
     assert table.top_k_ids(unseen, 2).tolist() == [[[2, 5]]]
+
+
+@njit
+def _row_sums(x, plan):
+    stack = np.empty(plan.shape[0] + 1, dtype=x.dtype)
+    out = np.empty(x.shape[0], dtype=x.dtype)
+    for r in range(x.shape[0]):
+        out[r] = pairwise(x[r], 0, plan, stack)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_compiled_pairwise_sum_is_numpys(dtype: type) -> None:
+    """Every length up to 300 and a few long ones, values spread over orders of magnitude (where
+    the order of additions shows in the last bits)."""
+    rng = np.random.default_rng(0)
+    for n in [*range(1, 301), 383, 1000, 4099]:
+        x = (rng.random((50, n)) ** 6 * 10.0 ** rng.integers(-3, 4, size=(50, n))).astype(dtype)
+        assert np.array_equal(_row_sums(x, pairwise_plan(n)), x.sum(axis=-1)), n

@@ -23,7 +23,8 @@ import numpy as np
 
 from ecosim.predictors.base import Candidates, ScoringPredictor, Selection, Shape, top_ids
 from ecosim.predictors.freq import prior_of_counts
-from ecosim.predictors.token_kernels import count_top, pairwise_plan, pick_top_k
+from ecosim.pairwise import pairwise_plan
+from ecosim.predictors.token_kernels import count_top, pick_top_k
 
 
 @dataclass
@@ -67,8 +68,8 @@ class TokenTable:
         prior_order = np.argsort(-self.prior.astype(np.float64), axis=1, kind="stable")
         c = np.ascontiguousarray
         return pick_top_k(c(idx, dtype=np.int64), c(self.n, dtype=np.float32), c(self.ids, dtype=np.int16),
-                          c(self.counts, dtype=np.float32), c(self.prior, dtype=np.float32), prior_order, pairwise_plan(E), self.alpha,
-                          self.top_k, k)
+                          c(self.counts, dtype=np.float32), c(self.prior, dtype=np.float32), prior_order,
+                          pairwise_plan(E), self.alpha, self.top_k, k)
 
     def scores_of(self, idx: np.ndarray) -> np.ndarray:
         """(n, L, E) float32 scores of table rows `idx` (-1 = unseen: the prior)."""

@@ -12,13 +12,15 @@ them on random tables); they only skip the work that cannot change the answer:
   merge neighbours into ties, which go to the lower id). Walking the unlisted experts in prior
   order, the k-th one's score bounds every later one's, so the top k are among the listed ones,
   the first k unlisted ones and those tied with the k-th. The normalising sum is numpy's own
-  pairwise float32 sum (`pairwise_plan`), so every score is the float numpy computes.
+  pairwise float32 sum (ecosim/pairwise.py), so every score is the float numpy computes.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from ecosim.pairwise import pairwise
 
 
 @njit(cache=True)
@@ -81,69 +83,6 @@ def count_top(order, bounds, experts, num_experts, width):  # pragma: no cover -
     return ids, counts, total
 
 
-def pairwise_plan(n: int) -> np.ndarray:
-    """numpy's pairwise float32 sum of n values as a postfix program for `_pairwise`: rows (lo, m)
-    sum a block a[lo:lo + m] (m <= 128), rows (0, -1) add the two sums on top of the stack. numpy
-    sums a block of 8 or more with 8 accumulators and splits a longer run in halves on a multiple
-    of 8; replaying the same additions in the same order gives the same float."""
-    plan: list[tuple[int, int]] = []
-
-    def walk(lo: int, m: int) -> None:
-        if m <= 128:
-            plan.append((lo, m))
-            return
-        half = m // 2
-        half -= half % 8
-        walk(lo, half)
-        walk(lo + half, m - half)
-        plan.append((0, -1))
-
-    walk(0, n)
-    return np.array(plan, dtype=np.int64)
-
-
-@njit(cache=True, inline="always")
-def _block(a, lo, n):  # pragma: no cover - compiled
-    if n < 8:
-        res = np.float32(0.0)
-        for i in range(lo, lo + n):
-            res += a[i]
-        return res
-    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
-    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
-    i = 8
-    stop = n - (n % 8)
-    while i < stop:
-        r0 += a[lo + i]
-        r1 += a[lo + i + 1]
-        r2 += a[lo + i + 2]
-        r3 += a[lo + i + 3]
-        r4 += a[lo + i + 4]
-        r5 += a[lo + i + 5]
-        r6 += a[lo + i + 6]
-        r7 += a[lo + i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[lo + i]
-        i += 1
-    return res
-
-
-@njit(cache=True, inline="always")
-def _pairwise(a, plan, stack):  # pragma: no cover - compiled
-    """The pairwise sum of `a` by `pairwise_plan(len(a))`, on the float32 scratch `stack`."""
-    top = 0
-    for p in range(plan.shape[0]):
-        if plan[p, 1] < 0:
-            top -= 1
-            stack[top - 1] = stack[top - 1] + stack[top]
-        else:
-            stack[top] = _block(a, plan[p, 0], plan[p, 1])
-            top += 1
-    return stack[0]
-
-
 @njit(cache=True)
 def pick_top_k(idx, n, ids, counts, prior, prior_order, plan, alpha, top_k, k):  # pragma: no cover - compiled
     """(len(idx), L, k) int16: per table row `idx` (-1: an unseen token, the prior alone) and
@@ -179,7 +118,7 @@ def pick_top_k(idx, n, ids, counts, prior, prior_order, plan, alpha, top_k, k): 
                     listed[e] = True
                     cand_e[n_cand] = e
                     n_cand += 1
-            s = np.float32(0.0) + _pairwise(x, plan, stack)
+            s = pairwise(x, 0, plan, stack)
             taken = 0
             kth = np.float32(0.0)
             for q in range(E):  # unlisted experts in prior order: their scores never rise
