@@ -85,6 +85,19 @@ def test_evict_profile_is_the_direct_one_on_random_trees(seed, requests, positio
         assert np.array_equal(profiled_cost(t, rank, cost, budget), profiled_cost_reference(t, rank, cost, budget))
 
 
+@pytest.mark.parametrize("placement", ["cpu-moe:1", "cpu-moe", "cpu"])
+def test_evict_profile_with_experts_on_the_host(write, placement):
+    """Host layers are priced unlike device layers: the profile prices each layer as it is placed."""
+    from ecosim.catalog.hosts import load_host
+
+    trace = read_trace(write(tiny_trace(4, max_nodes=20)))
+    t = Trees(trace)
+    rank = confidence_rank(t)
+    cost = cost_model(trace, get_device("h200"), parse_placement(placement), CostConfig(host=load_host("epyc-9654-1s")),
+                      check=False)
+    assert np.array_equal(profiled_cost(t, rank, cost, 19), profiled_cost_reference(t, rank, cost, 19))
+
+
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: Path(p).name)
 def test_evict_profile_on_the_committed_traces(path):
     trace = read_trace(path)
