@@ -222,3 +222,31 @@ def test_replay_says_when_a_trace_may_not_fit_and_what_max_memory_to_give(write,
     budget = f"--max-memory {max(0.75 * whole / 1e6, 1):.0f}MB"
     assert "may not fit" in out.err and budget in out.err
     assert json.loads(out.out)["totals"] == at_once["totals"]  # read whole all the same
+
+
+def test_replay_streams_by_itself_a_trace_that_would_not_fit_and_says_so(write, capsys, monkeypatch):
+    import json
+
+    import ecosim.stream
+    from ecosim.cli import main
+    from ecosim.stream import WORKING_SET
+    from ecosim.trace.io import row_bytes
+
+    path = write(tiny_trace(8, requests=4))
+    t = read_trace(path)
+    whole = WORKING_SET * row_bytes(t.manifest, gates=False) * len(t.nodes["node"])
+    args = ["replay", str(path), "--placement", "offload:3", "--predictor", "oracle", "--json"]
+    exact = {"ar", "confidence", "ecospec", "oracle"}  # fit nothing on the whole trace: the same in pieces
+    assert main(args) == 0
+    at_once = {r["policy"]: r for r in json.loads(capsys.readouterr().out)["totals"]}
+    monkeypatch.setattr(ecosim.stream, "available_memory", lambda: whole / 1.2)  # 120% of it: over the 0.9 share
+    assert main(args) == 0
+    out = capsys.readouterr()
+    line = [s for s in out.err.splitlines() if "replayed in pieces" in s]
+    assert len(line) == 1 and "120%" in line[0] and f"--max-memory {max(0.5 * whole / 1.2 / 1e6, 1):.0f}MB" in line[0]
+    pieces = {r["policy"]: r for r in json.loads(out.out)["totals"]}
+    assert pieces.keys() == at_once.keys() and all(pieces[p] == at_once[p] for p in exact)
+    assert main([*args, "--stream-share", "0"]) == 0  # never: read whole, and said what to give
+    out = capsys.readouterr()
+    assert "replayed in pieces" not in out.err and "may not fit" in out.err
+    assert json.loads(out.out)["totals"] == list(at_once.values())
