@@ -246,6 +246,10 @@ class ScoringPredictor(ExpertPredictor):
         """Scores in the same order as `scores` (need not be normalised: top-k only ranks them)."""
         return self.scores(cands)
 
+    def for_selection_only(self) -> None:
+        """Drop what only scoring, fitting or saving needs, keeping what `select` reads: for a model
+        that predicts one trace and is then discarded (a k-fold fold's). Nothing by default."""
+
     def select(self, cands: Candidates) -> np.ndarray:
         s = self.scores(cands) if self.selection.mass is not None else self.rank_scores(cands)
         return self.selection.apply(s, self.shape.top_k)

@@ -97,14 +97,19 @@ class KFoldPredictor(ExpertPredictor):
         mask = view.whole_trees(only)
         m = self.selection.width(shape.num_experts, shape.top_k)
         out = np.full((view.n_rows, shape.num_moe_layers, m), -1, dtype=np.int16)
-        # the whole trace, with no models kept: each fold fitted, predicted and dropped in turn (one
-        # model in memory at a time, and nothing left to ask the models afterwards)
+        # the whole trace, with no models kept: each fold fitted, cut to what selecting reads,
+        # predicted and dropped in turn (one model in memory at a time, none left afterwards)
         whole = only is None and fingerprint(trace) != self._trace
         fold_of = self.fold_of(trace) if whole else self._fitted(trace)[0]
         for f in sorted(set(fold_of.values())):  # each fold's rows (whole trees: a request's) written in place
             rows = request_mask(trace, [r for r, g in fold_of.items() if g == f]) & mask
-            if rows.any():
-                model = self._fit_fold(trace, fold_of, f) if whole else self._models[f]
-                model.predict(trace, only=rows, out=out)
-                del model
+            if not rows.any():
+                continue
+            if whole:
+                model = self._fit_fold(trace, fold_of, f)
+                model.for_selection_only()
+            else:
+                model = self._models[f]
+            model.predict(trace, only=rows, out=out)
+            del model
         return out

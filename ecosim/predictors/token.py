@@ -125,6 +125,13 @@ class TokenPredictor(ScoringPredictor):
         self._picked = (self.selection, picked)
         return time.perf_counter() - t0
 
+    def for_selection_only(self) -> None:
+        """`select` reads the table's tokens and the prepared sets only: the per-token counts go
+        (scores, arrays and a new selection would need them: not asked of such a model)."""
+        self.prepare()
+        t = self.table
+        self.table = TokenTable(t.tokens, t.n, t.ids[:0], t.counts[:0], t.prior, t.alpha, t.top_k)
+
     def select(self, cands: Candidates) -> np.ndarray:
         self.prepare()
         assert self._picked is not None
