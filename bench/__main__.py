@@ -1,4 +1,4 @@
-"""`bench/run` (or `python -m bench`): every benchmark of issues #7 and #10, one table, one JSON file.
+"""`bench/run` (or `python -m bench`): every benchmark (replay, engines, sweeps, tracer, memory, quality), one table, one JSON file.
 
     bench/run                       # the full run (about 10 minutes on 2 cores, plus ~2 minutes generating
                                     # the synthetic traces the first time; they are cached)

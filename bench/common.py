@@ -16,7 +16,7 @@ from typing import Any
 from ecosim.routing.presets import preset_hash
 
 ROOT = Path(__file__).resolve().parent.parent
-SHAPES = ("deepseek-v3.1", "qwen3-235b-a22b", "gpt-oss-120b")  # the synthetic shapes issue #10 names
+SHAPES = ("deepseek-v3.1", "qwen3-235b-a22b", "gpt-oss-120b")  # the synthetic shapes the benchmarks measure: the largest of each family
 # Real gpt-oss-20b routing (AmanPriyanshu/GPT-OSS-MoE-ExpertFingerprinting, Apache-2.0), beside the
 # repository in this workplace; absent on a clean clone (the hybrid trace is then skipped, said so).
 ROUTING = ROOT.parent / "shared" / "data" / "gpt-oss-20b-routing"

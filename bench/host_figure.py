@@ -45,7 +45,7 @@ def main(out: Path) -> None:
                  "host": "xeon-6454s-2s", "context": 500, "profile": "ktransformers", "tokens": 2}
     fig, ax = plt.subplots(figsize=(7, 4.5))
     pub = [1.0] + [rows[f"ik1630-glm45air-n{n}"]["value"] for n in TOKENS[1:]]
-    ax.plot(TOKENS, pub, "o-", color="tab:red", label="published: ik_llama.cpp main, GLM-4.5-Air, 2x3090 (issue 1630)")
+    ax.plot(TOKENS, pub, "o-", color="tab:red", label="published: ik_llama.cpp main, GLM-4.5-Air, 2x3090 (ik_llama.cpp issue 1630)")
     ax.plot([2], [rows["ik1707-glm45air-n2"]["value"]], "s", color="tab:orange", ms=8,
             label="published: ik_llama.cpp PR 1707 fused small batch, n=2")
     ax.plot(TOKENS, curve(glm, "ik_llama.cpp"), "o--", color="tab:blue", label="simulated: the same setting (ik_llama.cpp profile)")

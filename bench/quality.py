@@ -1,5 +1,5 @@
 """Policy quality, compared fairly: every tunable policy tuned over the same grid, the self-tuning
-`ecospec-auto` (the issue's `ecospec --lambda auto`) untuned, against `confidence` at its best budget, the engine defaults, an
+`ecospec-auto` (`ecospec --lambda auto`) untuned, against `confidence` at its best budget, the engine defaults, an
 achievable reference and the oracle bound.
 
 Traces: the committed real traces (`traces/*`, the trained tiny pair); synthetic DeepSeek-V3.1-,

@@ -13,7 +13,7 @@ positions, 60-candidate trees in the full run), on h200/hbm:
   the host backs lazily, the first touch of fresh memory costs seconds per GB (host page faults),
   which says more about the VM than about the replay.
 - ratios: numpy-pass seconds / policy seconds (= policy positions/s over numpy-pass positions/s).
-  Targets (issue #7): ar, confidence and oracle >= 1/3, ecospec >= 1/10.
+  Targets: ar, confidence and oracle >= 1/3, ecospec >= 1/10.
 
 Single-threaded numpy on both sides, so positions/s are per core.
 """

@@ -8,7 +8,7 @@ includes starting Python, the workers (and Ray), reading the traces and writing 
   each, their ratio, and whether the two results files hold identical rows.
 - `sweep1000`: 50 lambdas x 4 budgets x 5 placements of ecospec (plus confidence per budget, ar and
   the oracle per placement: 1,030 configurations) over the synthetic DeepSeek-V3.1-shaped trace of
-  10,000 positions with 60-candidate trees, `--jobs 2`. Target (issue #7): under 600 s on this
+  10,000 positions with 60-candidate trees, `--jobs 2`. Target: under 600 s on this
   2-core machine.
 """
 

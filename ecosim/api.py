@@ -162,7 +162,7 @@ def placement_of(text: str) -> Placement:
 def step_times(model: str | ModelShape, hardware: str | Device, experts: np.ndarray, tokens: np.ndarray,
                context: np.ndarray, *, placement: str = "hbm", cost: CostConfig | None = None,
                host: str | Host | None = None, dtype: str | None = None, speculative: bool = False) -> np.ndarray:
-    """Seconds of batch-1 steps priced by the cost model (cost.py) without a trace: step i verifies
+    """Seconds of batch-1 steps priced by the cost model (ecosim/cost/) without a trace: step i verifies
     `tokens[i]` tokens after `context[i]` and reads `experts[i, l]` distinct experts in MoE layer l
     (`experts`: (steps, moe_layers))."""
     shape = shape_of(model)

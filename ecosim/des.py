@@ -192,7 +192,7 @@ class _Server:
         self.loads += int(bitsets.count(union).sum())
         per_device = cost.placement.union_per_group(union[None], self.num_experts)  # (1, layers, groups)
         device_t = cost.device_layer_times(per_device, tokens)[0]
-        if cost.host_mask is not None:  # layers whose experts the host computes (cpu-moe[:N], cpu): cost.py's host_layer_times
+        if cost.host_mask is not None:  # layers whose experts the host computes (cpu-moe[:N], cpu): ecosim/cost/host.py
             device_t[cost.host_mask, 0] = host_layer_times(cost, per_device[:, cost.host_mask, 0], tokens)[0]
         a2a = float(cost.collective_time(tokens)[0])
         copy_t = np.zeros(self.layers)
@@ -318,7 +318,7 @@ def _one_at_a_time(replay: TraceReplay, steps: Steps, cost: CostModel, cfg: DesC
     bounds = np.cumsum([0] + [len(queues[r]) for r in served])
     union = cost.placement.union_per_group(steps.bits[idx], m.num_experts)
     device = cost.device_layer_times(union, steps.verified[idx]).max(axis=-1)
-    if cost.host_mask is not None:  # layers whose experts the host computes (cpu-moe[:N], cpu): cost.py's host_layer_times
+    if cost.host_mask is not None:  # layers whose experts the host computes (cpu-moe[:N], cpu): ecosim/cost/host.py
         device[:, cost.host_mask] = host_layer_times(cost, union[:, cost.host_mask, 0], steps.verified[idx])
     a2a = cost.collective_time(steps.verified[idx])
     copy = np.zeros((0, device.shape[1]))

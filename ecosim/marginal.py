@@ -1,7 +1,7 @@
 """Cost in seconds for a selection policy: the step time of a selection, and the marginal time of
 adding one node to it, priced by the same CostModel the replay charges.
 
-A step's time is (cost.py)
+A step's time is (ecosim/cost/)
 
     t_step(S) = sum over MoE layers l of  max over devices d of F(u_ld(S), n(S))     [+ copy(m_l)]
               + O(n(S), context) + draft (if S holds more than the root)
@@ -34,7 +34,7 @@ Nothing here names a placement: the pricer asks the placement object, and the co
 CostModel's public methods (`layer_times`, `other_times`, `draft_time`), so whatever those charge
 (per-layer fixed costs, shares of a placement) a policy sees too, and a selection's step time here
 equals what the replay charges for it (a test holds them together). Assumptions: every MoE layer
-costs the same for the same reads (true of cost.py; a model with per-layer costs would need a
+costs the same for the same reads (true of ecosim/cost/; a model with per-layer costs would need a
 table per layer); and with a grouped-GEMM tile (`gemm_tile_rows` > 0) under ep:N, F's compute
 efficiency is taken from the straggler group's experts instead of the layer's whole union (exact
 when memory-bound or with one group).

@@ -41,6 +41,8 @@ class Row:
     time_s: float
     speedup_vs_ar: float | None = None
     oracle_fraction: float | None = None
+    draft_s: float = 0.0  # of time_s, the draft side's seconds (draft forwards and the engine's bookkeeping)
+    draft_levels: float = 0.0  # draft forwards priced, summed over steps (each step's own, capped at the setting's N)
 
     @property
     def synthetic(self) -> bool:
@@ -100,6 +102,8 @@ def total(rows: list[Row], name: str = "total") -> Row:
         expert_bytes=sum(r.expert_bytes for r in rows),
         pcie_bytes=sum(r.pcie_bytes for r in rows),
         time_s=sum(r.time_s for r in rows),
+        draft_s=sum(r.draft_s for r in rows),
+        draft_levels=sum(r.draft_levels for r in rows),
     )
 
 

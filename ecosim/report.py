@@ -82,6 +82,35 @@ def _kernel_stderr_kept() -> Iterator[None]:
             os.close(saved)
 
 
+# Where a kernel and its client keep their files: the connection file (jupyter_client writes it in
+# the temporary directory or the runtime dir), IPython's profile and matplotlib's cache (the home
+# directory by default). A build points all of them into one private directory it removes, so a
+# build, finished or stopped by SIGTERM or Ctrl-C (ecosim.cli turns both into exceptions), leaves
+# nothing in /tmp or the home directory.
+_PRIVATE_DIRS = ("JUPYTER_RUNTIME_DIR", "IPYTHONDIR", "MPLCONFIGDIR", "TMPDIR")
+
+
+@contextlib.contextmanager
+def _private_files() -> Iterator[Path]:
+    """Point the kernels' and the client's files into a temporary directory, removed on the way out."""
+    saved_env = {k: os.environ.get(k) for k in _PRIVATE_DIRS}
+    saved_tempdir = tempfile.tempdir
+    with tempfile.TemporaryDirectory(prefix="ecosim-report-") as d:
+        try:
+            for k in _PRIVATE_DIRS:
+                os.environ[k] = str(Path(d) / k.lower())
+                Path(os.environ[k]).mkdir()
+            tempfile.tempdir = os.environ["TMPDIR"]
+            yield Path(d)
+        finally:
+            tempfile.tempdir = saved_tempdir
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
 def build(cfg: ReportConfig, progress=None) -> list[Path]:
     """Execute the notebooks; returns the HTML files written."""
     if not cfg.traces.exists():
@@ -100,29 +129,30 @@ def build(cfg: ReportConfig, progress=None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     (out / REPORT_MARKER).touch()
     written = []
-    for src in pages:
-        nb = jupytext.read(src)
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-        params = {
-            "traces": str(cfg.traces.resolve()),
-            "out": str(out / src.stem),
-            "validation": str(cfg.validation.resolve()) if cfg.validation else "",
-            "routing": str(routing.resolve()) if routing else "",
-        }
-        (out / src.stem).mkdir(exist_ok=True)
-        raw = out / f"{src.stem}.ipynb"
-        nbformat.write(nb, raw)
-        try:
-            with _kernel_stderr_kept():
-                papermill.execute_notebook(str(raw), str(raw), parameters=params, kernel_name="python3",
-                                           cwd=str(cfg.reports.resolve().parent), progress_bar=False, log_output=False)
-        except papermill.PapermillExecutionError as e:
-            raise EcoSimError(f"{src.name}: cell {e.exec_count} failed: {e.ename}: {str(e.evalue).splitlines()[0][:300]}") from None
-        html, _ = HTMLExporter().from_notebook_node(nbformat.read(raw, as_version=4))
-        page = out / f"{src.stem}.html"
-        page.write_text(html, encoding="utf-8")
-        written.append(page)
-        if progress:
-            progress(page)
+    with _private_files():  # nothing left in /tmp or the home directory, even on SIGTERM
+        for src in pages:
+            nb = jupytext.read(src)
+            nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+            params = {
+                "traces": str(cfg.traces.resolve()),
+                "out": str(out / src.stem),
+                "validation": str(cfg.validation.resolve()) if cfg.validation else "",
+                "routing": str(routing.resolve()) if routing else "",
+            }
+            (out / src.stem).mkdir(exist_ok=True)
+            raw = out / f"{src.stem}.ipynb"
+            nbformat.write(nb, raw)
+            try:
+                with _kernel_stderr_kept():
+                    papermill.execute_notebook(str(raw), str(raw), parameters=params, kernel_name="python3",
+                                               cwd=str(cfg.reports.resolve().parent), progress_bar=False, log_output=False)
+            except papermill.PapermillExecutionError as e:
+                raise EcoSimError(f"{src.name}: cell {e.exec_count} failed: {e.ename}: {str(e.evalue).splitlines()[0][:300]}") from None
+            html, _ = HTMLExporter().from_notebook_node(nbformat.read(raw, as_version=4))
+            page = out / f"{src.stem}.html"
+            page.write_text(html, encoding="utf-8")
+            written.append(page)
+            if progress:
+                progress(page)
     (out / "index.json").write_text(json.dumps([p.name for p in written], indent=1))
     return written

@@ -61,7 +61,8 @@ def union_bits(trace: Trace, trees: Trees, selected: np.ndarray, visited: np.nda
 
 
 def make_row(trace: Trace, steps: Steps, n_steps: int, loads: int, misses: float, time_s: float,
-             requests: int | None = None, expert_bytes: float | None = None) -> Row:
+             requests: int | None = None, expert_bytes: float | None = None, draft_s: float = 0.0,
+             draft_levels: float = 0.0) -> Row:
     """The Row of a replay of `trace` along `steps` (either engine: the event engine batches the
     same steps into fewer forwards, so it gives its own step count, loads, misses and time)."""
     eb = float(trace.model.expert_bytes if expert_bytes is None else expert_bytes)  # the priced dtype's (--dtype)
@@ -76,4 +77,6 @@ def make_row(trace: Trace, steps: Steps, n_steps: int, loads: int, misses: float
         expert_bytes=loads * eb,
         pcie_bytes=misses * eb,
         time_s=time_s,
+        draft_s=draft_s,
+        draft_levels=draft_levels,
     )

@@ -11,7 +11,7 @@ from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
 from ecosim.trace.io import Trace
 
-BUDGET = 16  # the budget at which acceptance is quoted (issue: "confidence at budget 16")
+BUDGET = 16  # the budget at which acceptance is quoted everywhere: confidence at budget 16
 
 
 def disk_bytes(trace: Trace) -> int:

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ecosim.cost import CostModel
+from ecosim.launch import ENGINES, Engine, Setting
 from ecosim.metrics import Row, total
 from ecosim.policies import PolicySpec, registry
 from ecosim.policies.presets import eagle_tree
@@ -33,12 +35,8 @@ SIZES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
 @dataclass(frozen=True)
-class Static:
+class Static(Setting):
     """An engine's static tree: SGLang's three flags (K = 1: vLLM's chain of S tokens)."""
-
-    steps: int
-    topk: int
-    draft_tokens: int
 
     def sglang(self) -> str:
         return (f"--speculative-num-steps {self.steps} --speculative-eagle-topk {self.topk} "
@@ -107,24 +105,38 @@ def _best(cands: list[Candidate]) -> Candidate | None:
     return min(cands, key=lambda c: c.time_per_token) if cands else None
 
 
-def recommend(cands: dict[str, Candidate]) -> dict[str, object]:
-    """The best candidate overall, the best static tree, chain and adaptive setting, and the adaptive
-    gain beyond the best static tree; `steps` and `draft_time_s` are the recommended setting's (the
-    best static tree's when speculation is off: the setting the flags below name)."""
-    best = _best(list(cands.values()))
-    assert best is not None
+def recommend(cands: dict[str, Candidate], engine: Engine | None = None, draft: dict[str, Any] | None = None,
+              path: str | None = None) -> dict[str, object]:
+    """The best setting `engine` can run (plain decoding or one of its static trees: launch.py), its
+    flags for the traces' `draft` (its checkpoint at `path`), and beside it the best static tree, chain
+    and adaptive setting, and what the adaptive policy would gain beyond the recommendation if an engine
+    implemented it; `steps` and `draft_time_s` are the recommended setting's (the best static tree's
+    when speculation is off: the setting the flags below name)."""
+    engine, draft = engine or ENGINES["sglang"], draft or {}
+    ar_c = cands["ar"]
+    runnable = [c for c in cands.values() if c.static is not None and engine.runs(c.static, draft)]
+    best = _best([ar_c, *runnable])
+    overall = _best(list(cands.values()))
+    assert best is not None and overall is not None
     static = [c for c in cands.values() if c.static is not None]
     best_static = _best(static)
     best_chain = _best([c for c in static if c.static and c.static.topk == 1])
     best_auto = _best([c for c in cands.values() if c.name.startswith("ecospec-auto")])
     ar = cands["ar"].time_per_token
-    shown = best if best.steps else (best_static or best_auto or best)
+    shown = best if best.steps else (_best(runnable) or best_static or best_auto or best)
     doc: dict[str, object] = {
-        "best": best.name if best.static is None else "static",
+        "engine": engine.name,
+        "best": "static" if best.static is not None else registry.baseline().name,
+        "flags": engine.flags(best.static, draft, path) if best.static is not None else None,
+        "setting": ({"steps": best.static.steps, "topk": best.static.topk, "draft_tokens": best.static.draft_tokens}
+                    if best.static is not None else None),
         "best_ms_per_token": best.time_per_token * 1e3,
         "speedup_vs_ar": ar / best.time_per_token,
         "ar_ms_per_token": ar * 1e3,
-        "speculation_pays": best.name != registry.baseline().name,
+        "speculation_pays": best is not ar_c,
+        "runnable": bool(runnable),  # the engine has a speculative mode for this draft kind at all
+        "overall_best": overall.name if overall.static is None else "static",
+        "overall_ms_per_token": overall.time_per_token * 1e3,
         "steps": best.steps,
         "draft_setting": shown.name if shown.static is None else f"static S={shown.static.steps} K={shown.static.topk} "
                                                                    f"N={shown.static.draft_tokens}",
@@ -133,7 +145,8 @@ def recommend(cands: dict[str, Candidate]) -> dict[str, object]:
     if best_auto is not None:
         doc["auto_ms_per_token"] = best_auto.time_per_token * 1e3
         doc["auto"] = {"steps": best_auto.steps, "ms_per_token": best_auto.time_per_token * 1e3,
-                       "speedup_vs_ar": ar / best_auto.time_per_token, "pays": best_auto.time_per_token < ar}
+                       "speedup_vs_ar": ar / best_auto.time_per_token, "pays": best_auto.time_per_token < ar,
+                       "gain_over_best": best.time_per_token / best_auto.time_per_token}
     if best_static is not None and best_static.static is not None:
         s = best_static.static
         doc["static"] = {"steps": s.steps, "topk": s.topk, "draft_tokens": s.draft_tokens,

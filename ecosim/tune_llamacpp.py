@@ -46,9 +46,9 @@ def llamacpp(doc: dict[str, Any], placement: Placement, model: ModelShape, draft
         s = chain["num_speculative_tokens"]
         out.update(flags=f"{where} -md {draft}.gguf --draft-max {s} --draft-min {s} --draft-p-min 0", speculate=True,
                    draft_max=s, chain_speedup_vs_ar=chain["speedup_vs_ar"], chain_ms_per_token=chain["ms_per_token"])
-    best = min(doc["best_ms_per_token"], doc["ar_ms_per_token"])
+    best = min(doc["overall_ms_per_token"], doc["ar_ms_per_token"])
     base = out.get("chain_ms_per_token", doc["ar_ms_per_token"]) if out["speculate"] else doc["ar_ms_per_token"]
-    out["simulator_prefers"] = doc["best"]
+    out["simulator_prefers"] = doc["overall_best"]
     out["gain_of_preferred"] = base / best
     out["gain_of_auto"] = base / doc["auto_ms_per_token"]
     return out

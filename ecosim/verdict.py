@@ -28,8 +28,8 @@ LEVEL = 1e-3  # policies within 0.1% of the fastest are level with it (a tie, no
 
 # The question at the paper's scale: a synthetic DeepSeek-V3.1 trace (calibrated routing preset, its
 # MTP draft) on 8 H200s under tensor parallelism. Seconds to run on a laptop.
-PAPER_SCALE = ("ecosim synth /tmp/dsv31-synthetic --model deepseek-v3.1 --requests 4 --positions 64 --seed 0 --force && "
-               "ecosim replay /tmp/dsv31-synthetic --hardware h200 --placement tp:8")
+PAPER_SCALE = ("ecosim synth dsv31-synthetic --model deepseek-v3.1 --requests 4 --positions 64 --seed 0 --force && "
+               "ecosim replay dsv31-synthetic --hardware h200 --placement tp:8")
 PAPER_MODELS = ("deepseek-v3.1", "qwen3-235b-a22b", "gpt-oss-120b")  # the paper's three targets
 
 
@@ -57,7 +57,7 @@ class Why:
 
     policy: str  # the best speculative policy, whose tree is weighed
     plain_step_s: float  # ar's step: one token
-    draft_levels: float  # draft forwards per speculative step (the trees' depth)
+    draft_levels: float  # draft forwards per step, as the policy drafts them (DRAFTING_RULE)
     draft_forwards_s: float  # those forwards' seconds
     bookkeeping_s: float  # the engine's speculative bookkeeping per step
     level_s: float  # of it, per draft level: the serving profile's fitted latency (spec_level_s)
@@ -92,19 +92,21 @@ def _mean(values: list[float], weights: list[float]) -> float:
 
 
 def _why(best: PolicyResult, costs: list[CostModel], plain_step: float) -> Why:
-    steps = [float(r.steps) for r in best.rows]
-    side = _mean([c.draft_time(speculative=True) for c in costs], steps)
+    """The terms of the policy's own steps: its draft side as it was priced (each step's own draft
+    steps, DRAFTING_RULE: a policy that drafts fewer than the setting's N pays for fewer), split into
+    draft forwards and bookkeeping, per step over all its steps."""
+    t = best.total
+    n = float(t.steps) or 1.0
     overridden = any(c.terms.draft_time_s is not None for c in costs)
     drafted = [c.draft is not None and not overridden and not c.experts_only for c in costs]
-    books = _mean([c.spec_bookkeeping_time() if d else 0.0 for c, d in zip(costs, drafted)], steps)
-    # draft forwards a step pays, as the cost model prices them (its draft side less bookkeeping)
-    forwards = [(c.draft_time(speculative=True) - c.spec_bookkeeping_time()) / c.draft_forward_time()
-                if d and c.draft_forward_time() > 0 else 0.0 for c, d in zip(costs, drafted)]
-    depth = _mean(forwards, steps)
+    forwards = sum(r.draft_levels * c.draft_forward_time() for r, c, d in zip(best.rows, costs, drafted) if d)
+    levels = sum(r.draft_levels for r, d in zip(best.rows, drafted) if d)
+    side = t.draft_s / n
+    books = max(side - forwards / n, 0.0) if any(drafted) else 0.0
+    steps = [float(r.steps) for r in best.rows]
     level = _mean([c.terms.spec_level_s if d else 0.0 for c, d in zip(costs, drafted)], steps)
-    t = best.total
     step = t.time_s / t.steps if t.steps else 0.0
-    return Why(best.spec.label(), plain_step, depth, max(side - books, 0.0), books, level, side, step,
+    return Why(best.spec.label(), plain_step, levels / n, forwards / n, books, level, side, step,
                t.tokens_per_step, t.tokens_per_step * plain_step, overridden)
 
 
@@ -175,8 +177,8 @@ def lines(v: Verdict) -> list[str]:
             side = (f"{_ms(w.draft_side_s)} on the draft side ({w.draft_levels:.3g} draft forwards {_ms(w.draft_forwards_s)} "
                     f"+ bookkeeping {_ms(w.bookkeeping_s)}{fitted})")
         ratio = w.draft_side_s / w.plain_step_s if w.plain_step_s else float("inf")
-        out.append(f"why speculation loses: a plain step takes {_ms(w.plain_step_s)}; a speculative step first spends {side}: "
-                   f"{ratio:.3g} plain steps. The best speculative policy, {w.policy}, takes {_ms(w.step_s)} a step for "
+        out.append(f"why speculation loses: a plain step takes {_ms(w.plain_step_s)}; a step of {w.policy} first spends on average {side}: "
+                   f"{ratio:.3g} plain steps. It is the best speculative policy here and takes {_ms(w.step_s)} a step for "
                    f"{w.tokens_per_step:.3f} tokens; to tie plain decoding it would need under {w.tokens_per_step:.3f} x "
                    f"{_ms(w.plain_step_s)} = {_ms(w.break_even_s)}")
     out += [r.line() for r in v.readings]

@@ -5,7 +5,7 @@
 # weights, so its time grows about linearly with the number of distinct experts it activates, not
 # with the number of tokens it verifies.
 #
-# The curves are the **simulator's cost model** (`ecosim/cost.py`, full mode: expert reads, compute,
+# The curves are the **simulator's cost model** (`ecosim/cost/`, full mode: expert reads, compute,
 # dense weights, attention, overhead) for a DeepSeek-V3.1-shaped step of 16 tokens on each catalogue
 # device, with the union spread evenly over the 58 MoE layers. Measured points come from the
 # validator (`validate report`) when a validation folder is given; they are real measurements.

@@ -144,3 +144,26 @@ def write(tmp_path):
         return write_trace(tmp_path / (name or f"t{next(counter)}"), *parts, validate=validate)
 
     return _write
+
+
+def table_rows(out: str) -> list[list[str]]:
+    """The rows of the first table a command printed, as cells, read by the header's column starts:
+    piped, a wide table is drawn compact (a header, a rule of '─', rows; ecosim/cli/tables.py) and a
+    narrow one keeps its boxes ('│' between cells). A blank name cell (a row continuing a group) is ''."""
+    import re
+
+    lines = out.splitlines()
+    boxed = [x for x in lines if x.startswith("│")]
+    if boxed:
+        return [[c.strip() for c in x.strip("│").split("│")] for x in boxed[1:]]  # the first is the header
+    rule = next(i for i, x in enumerate(lines) if x and set(x) == {"─"})
+    header = lines[rule - 1]
+    starts = [0, *(m.end() for m in re.finditer(r" {2,}", header))]
+    rows = []
+    for x in lines[rule + 1:]:
+        if x.startswith(("used:", "verdict:")):
+            break
+        if x.strip():  # a blank line only separates one trace's rows from the next
+            bounds = [*starts[1:], max(len(x), len(header)) + 1]
+            rows.append([x[a:b].strip() for a, b in zip(starts, bounds)])
+    return rows

@@ -50,7 +50,7 @@ def test_replay_json_matches_the_documented_schema(traces):
 
 def test_replay_prints_the_values_it_used_never_null(traces):
     """The values applied (the cuda-graphs serving profile's, the draft time) are printed, in the JSON and
-    under the table. (Issue 17: the defaults are the shipped profile's, no longer 30 us / 0.8 / 0.5 in code.)"""
+    under the table. (The defaults are the shipped profile's, not constants in code.)"""
     prof = load_serving("cuda-graphs")
     r = ecosim("replay", str(traces / "a"), "--json")
     assert r.returncode == 0, r.stderr

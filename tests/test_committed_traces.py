@@ -1,4 +1,4 @@
-"""The committed real traces are what issue #5 promises: valid, real, recorded by `tracer record`
+"""The committed real traces are what the README promises: valid, real, recorded by `tracer record`
 from the committed pair, one per task kind, and meeting the acceptance and expert-use goals."""
 
 from __future__ import annotations

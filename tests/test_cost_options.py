@@ -148,7 +148,7 @@ def test_sweep_tune_and_replay_print_the_values_they_used(write, tmp_path, capsy
 
 def test_a_refit_profile_gives_new_ids():
     """A sweep resumed after the serving profile changes recomputes instead of mixing two cost models."""
-    from ecosim.cost import _default_serving
+    from ecosim.cost.terms import _default_serving
     def ids(settings):
         grid = g.Grid(["ar"], SELECTIONS, ["h200"], [None], ["hbm"], settings)
         return [c.id for c in grid.configs([g.TraceRef("/traces/qa", "f" * 16)])]

@@ -1,4 +1,4 @@
-"""Every term of the step model (cost.py) on cases worked by hand, and its monotone properties."""
+"""Every term of the step model (ecosim/cost/) on cases worked by hand, and its monotone properties."""
 
 from __future__ import annotations
 

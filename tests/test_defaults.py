@@ -27,7 +27,7 @@ def test_the_predictor_default_is_the_same_real_predictor_everywhere():
 
     assert PREDICTOR.default not in ("oracle", "none")  # bounds, not predictors a system can run
     assert _defaults(app, "replay")["predictor"] == PREDICTOR.default
-    assert _defaults(app, "sweep")["predictor"] == PREDICTOR.default
+    assert list(_defaults(app, "sweep")["predictor"]) == [PREDICTOR.default]  # an axis: a list of one
     if HAS_TORCH:
         from validate.choice import from_flags
 

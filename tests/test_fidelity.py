@@ -248,7 +248,7 @@ def test_cli_refuses_a_row_whose_engine_terms_are_not_a_profiles(tmp_path, servi
 
 
 def test_speculative_rows_route_as_the_shapes_preset_and_refuse_a_shape_without_one(monkeypatch, tmp_path):
-    """The issue asks for routing 'as realistic as the generator can make it': a verified tree's union
+    """Speculative rows use routing as realistic as the generator can make it: a verified tree's union
     is the shape's calibrated preset's, not the generator's unfitted defaults."""
     import ecosim.fidelity as fid
     from ecosim.routing.presets import preset_knobs

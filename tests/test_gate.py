@@ -103,6 +103,20 @@ def test_a_bad_manifest_value_is_refused_by_every_command(capsys, tmp_path, base
         assert not (tmp_path / "out").exists(), name
 
 
+def test_dense_bytes_zero_is_a_hand_worked_synthetic_shape_never_a_recorded_trace(capsys, tmp_path, base):
+    """A real model reads attention, embeddings and LM head every forward: a recorded trace claiming 0
+    dense bytes is refused by every command; a synthetic hand-worked shape may (every byte an expert)."""
+    t = edited(base, tmp_path / "t", "model.dense_bytes", 0)
+    assert run(capsys, "replay", t, "--policy", "ar")[0] == 0  # synthetic: allowed
+    m = json.loads((t / "manifest.json").read_text())
+    m["synthetic"], m["provenance"] = False, {"kind": "real", "source": "a recording"}
+    (t / "manifest.json").write_text(json.dumps(m))
+    for name, args in COMMANDS.items():
+        refused(capsys, [a.replace("{T}", str(t)).replace("{O}", str(tmp_path / "out")) for a in args],
+                "manifest.json", "model.dense_bytes", "recorded trace")
+    refused(capsys, ["check", t], "model.dense_bytes")
+
+
 def test_the_streamed_replay_refuses_a_truncated_node_file(capsys, tmp_path, base):
     t = shutil.copytree(base, tmp_path / "t")
     data = (t / "nodes.parquet").read_bytes()
@@ -290,6 +304,17 @@ def test_legal_but_useless_values_are_one_warning(capsys, base):
     warned(capsys, ["replay", base, "--placement", "ep:3", "--policy", "ar"], "unevenly", "N dividing 8")
     code, _, err = run(capsys, "replay", base, "--policy", "confidence", "--budget", "4", "--placement", "ep:4")
     assert code == 0 and "warning" not in err  # what is useful says nothing
+
+
+def test_a_sweep_warns_of_an_axis_no_policy_reads_and_of_budgets_above_every_tree(capsys, base, tmp_path):
+    """The same warnings as replay's, for a sweep's axes: one line each, the sweep still runs."""
+    warned(capsys, ["sweep", base, "--policy", "confidence", "--lambda", "auto", "--out", tmp_path / "a"],
+           "--lambda auto", "no effect", "not an axis")
+    warned(capsys, ["sweep", base, "--policy", "confidence", "--budget", "4,100", "--out", tmp_path / "b"],
+           "--budget 100 above every tree", "--budget 12")
+    code, _, err = run(capsys, "sweep", base, "--policy", "confidence,ecospec", "--lambda", "0.5,auto", "--budget", "4:8:4",
+                       "--out", tmp_path / "c")
+    assert code == 0 and "warning" not in err  # every axis is read by a swept policy, every budget within the trees
 
 
 def test_validate_checks_every_knob_given():

@@ -228,7 +228,7 @@ def test_bad_host_and_dtype_are_one_line_errors(ds_trace):
 def test_llamacpp_flags_for_the_best_chain_and_the_gain_beyond_it():
     from ecosim.tune_llamacpp import llamacpp
 
-    doc = {"best": "ecospec-auto (token)", "best_ms_per_token": 40.0, "ar_ms_per_token": 60.0, "auto_ms_per_token": 40.0,
+    doc = {"overall_best": "ecospec-auto (token)", "overall_ms_per_token": 40.0, "ar_ms_per_token": 60.0, "auto_ms_per_token": 40.0,
            "vllm": {"num_speculative_tokens": 3, "ms_per_token": 50.0, "speedup_vs_ar": 1.2, "pays": True}}
     ds = get_model("deepseek-v3.1")
     d = llamacpp(doc, CpuMoe(40), ds, "eagle3")

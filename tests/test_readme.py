@@ -47,3 +47,22 @@ def test_readme_replay_block_is_what_the_command_prints():
     printed = "\n".join(line.rstrip() for line in r.stdout.rstrip().splitlines())
     assert readme_replay_block() == printed
     assert "\nverdict: fastest over 8 traces: " in printed  # the README shows the verdict the command ends with
+
+
+def test_the_first_screen_shows_tune_right_after_the_main_command_with_what_it_prints():
+    """`ecosim tune` follows the main command on the README's first screen, and the block under it is
+    what it prints (regenerate it with the command above it when tune's output changes)."""
+    import subprocess
+    import sys
+
+    text = (ROOT / "README.md").read_text()
+    blocks = list(re.finditer(r"```(\w*)\n(.*?)\n```", text, flags=re.S))
+    main = next(i for i, b in enumerate(blocks) if "ecosim replay traces/ --bw 3.3TB/s" in b[2])
+    command, printed = blocks[main + 1], blocks[main + 2]
+    assert command[1] == "sh" and command[2].startswith(".venv/bin/ecosim tune ")
+    assert text[:command.start()].count("\n") < 40  # on the first screen
+    argv = command[2].split()[1:]
+    r = subprocess.run([sys.executable, "-m", "ecosim.cli", *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert [line.rstrip() for line in r.stdout.splitlines()] == printed[2].splitlines()
+    assert "--speculative-algorithm EAGLE3 --speculative-draft-model-path models/ecosim-tiny/eagle3" in printed[2]

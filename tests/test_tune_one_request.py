@@ -14,7 +14,7 @@ def test_tune_on_one_request_fits_in_sample_and_says_so(write, capsys):
     path = write(tiny_trace(4, requests=1, positions=30))
     assert main(["tune", str(path), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["best"] in ("ar", "static", "auto") and len(doc["notes"]) == 1
+    assert doc["best"] in ("ar", "static") and len(doc["notes"]) == 1
     assert "holds one request" in doc["notes"][0] and "in-sample" in doc["notes"][0]
     assert main(["tune", str(path), "--predictor", "oracle", "--json"]) == 0  # needs no training: no note
     assert json.loads(capsys.readouterr().out)["notes"] == []

@@ -17,6 +17,7 @@ import typer
 from ecosim.cli import interrupted, make_app, run
 from ecosim.errors import Interrupted
 from ecosim.tree_config import TREE, TreeShape
+from tracer.drafts import registry as draft_kinds
 
 _ARGV: list[str] = []  # the arguments being run, for the manifest's recorded_on.command
 
@@ -31,9 +32,7 @@ def record(
                                                      "repeatable; a directory stands for its *.jsonl.")],
     out: Annotated[Path, typer.Option(help="Trace directory to write (see docs/TRACE_FORMAT.md).")],
     draft: Annotated[str, typer.Option(help="Draft: 'default' (the registry's, or a pair directory's draft/); "
-                                            "'model:PATH' (a separate checkpoint; a bare PATH, name or hub id too); "
-                                            "'early-exit:N' (the target's first N layers); 'mtp' (DeepSeek-V3's MTP "
-                                            "layer from the target checkpoint); 'eagle3:PATH' (an EAGLE-3 head).")] = "default",
+                                            f"{draft_kinds.help_text()}; a bare PATH is model:PATH.")] = "default",
     max_new_tokens: Annotated[int, typer.Option(min=1, max=2**31 - 1, help="Positions (generated tokens) to record per prompt.")] = 64,
     depth: Annotated[int, typer.Option(min=1, max=127, help=TreeShape.help("depth"))] = TREE.depth,
     topk: Annotated[int, typer.Option(min=1, max=32766, help=TreeShape.help("topk"))] = TREE.topk,

@@ -1,10 +1,10 @@
 """Tiny random MoE models of the five families, saved as ordinary local checkpoints.
 
-    tracer tiny --family deepseek_v3 --out /tmp/ds
+    tracer tiny --family deepseek_v3 --out ds
 
-writes ``/tmp/ds/target`` (the MoE model) and ``/tmp/ds/draft`` (a smaller model of the same
+writes ``ds/target`` (the MoE model) and ``ds/draft`` (a smaller model of the same
 family), each a normal safetensors checkpoint with the same byte-level tokenizer, so that
-``tracer record --model /tmp/ds`` loads them through the same code path as a real checkpoint.
+``tracer record --model ds`` loads them through the same code path as a real checkpoint.
 Each is built from its transformers config class with ``_from_config`` (random weights, seeded).
 Random weights give meaningless acceptance: these models test the machinery, not the science.
 """

@@ -1,6 +1,6 @@
 """Bandwidth-bound replica of a Qwen3-MoE target: every routed expert widened, function unchanged.
 
-    python -m tracer.widen --model models/ecosim-tiny/target --factor 16 --out /tmp/ecosim-tiny-x16
+    python -m tracer.widen --model models/ecosim-tiny/target --factor 16 --out ecosim-tiny-x16
 
 A tiny MoE model on a CPU is overhead-bound: one expert of ``ecosim-tiny`` is 147 kB, so a step's
 time hardly depends on how many experts its tokens wake up. This module gives each expert

@@ -1,6 +1,6 @@
 """`validate`: run a chosen policy end to end on real hardware and hold the simulator to it.
 
-    validate calibrate --model DIR --out profile.json          # measure the hardware as cost.py needs it
+    validate calibrate --model DIR --out profile.json          # measure the hardware as ecosim/cost/ needs it
     validate run --winner sweep/winner.json --model DIR --prompts FILE --out RUN
     validate report RUN [--out DIR]                             # the table; comparison.{json,parquet} in RUN or DIR
     validate device-check --device cuda --out DIR               # the GPU half in one command (devicecheck/)

@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from ecosim.cli import interrupted, make_app, run, wide_console
+from ecosim.cli import interrupted, joined, make_app, run, wide_console
 from ecosim.cli.adapter import knob_options, with_options
 from ecosim.errors import EcoSimError, Interrupted
 from ecosim.outputs import COMPARISON, PROFILE, check_output
@@ -44,7 +44,9 @@ ClockOpt = Annotated[str, typer.Option("--clock", help="auto (default): cpu on -
                                                        "jobs (--device cpu --threads 1 only).")]
 
 
-def _ints(text: str, name: str) -> tuple[int, ...]:
+def _ints(values: list[str], name: str) -> tuple[int, ...]:
+    """A list option of positive integers, repeatable or a comma list (ecosim.cli.joined)."""
+    text = joined(values) or ""
     try:
         vals = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
@@ -54,9 +56,9 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
     return vals
 
 
-def _csv(values: tuple[int, ...]) -> str:
-    """A tuple default as the comma-separated text the option takes."""
-    return ",".join(str(v) for v in values)
+def _csv(values: tuple[int, ...]) -> list[str]:
+    """A tuple default as the list of texts the option takes."""
+    return [str(v) for v in values]
 
 
 def _overlap(overlap: str, device: str) -> str:
@@ -89,9 +91,9 @@ def calibrate(
     dtype: Dtype = "auto",
     attn: Attn = "auto",
     threads: Threads = 1,
-    tokens: Annotated[str, typer.Option(help=CalibConfig.help("tokens"))] = _csv(CALIB.tokens),
+    tokens: Annotated[list[str], typer.Option(help=CalibConfig.help("tokens") + " Repeatable or a comma list.")] = _csv(CALIB.tokens),
     levels: Annotated[int, typer.Option(min=1, max=127, help=CalibConfig.help("levels"))] = CALIB.levels,
-    contexts: Annotated[str, typer.Option(help=CalibConfig.help("contexts"))] = _csv(CALIB.contexts),
+    contexts: Annotated[list[str], typer.Option(help=CalibConfig.help("contexts") + " Repeatable or a comma list.")] = _csv(CALIB.contexts),
     repeats: Annotated[int, typer.Option(min=1, max=100_000, help=CalibConfig.help("repeats"))] = CALIB.repeats,
     depth: Annotated[int, typer.Option(min=1, max=127, help=TreeShape.help("depth") + " As recorded (tracer record --depth).")] = TREE.depth,
     topk: Annotated[int, typer.Option(min=1, max=32766, help=TreeShape.help("topk") + " As recorded.")] = TREE.topk,
@@ -213,9 +215,9 @@ def run_cmd(
                                          "design's cases between the decoding rounds and scale the stored profile to this "
                                          "run's pace (RUN/profile.json), so the machine's drift since calibration cancels.")] = True,
     retime_repeats: Annotated[int, typer.Option(min=1, max=100_000, help="With --hardware: runs of each re-timed case.")] = 2,
-    calib_tokens: Annotated[str, typer.Option(help="On-the-spot calibration: tokens per verify forward (those up to the largest "
-                                                   "budget + 1 are kept, and that size is added).")] = _csv(CALIB.tokens),
-    calib_contexts: Annotated[str | None, typer.Option(help="On-the-spot calibration: context lengths (default: the trace's shortest and longest).")] = None,
+    calib_tokens: Annotated[list[str], typer.Option(help="On-the-spot calibration: tokens per verify forward (those up to the largest "
+                                                         "budget + 1 are kept, and that size is added); repeatable or a comma list.")] = _csv(CALIB.tokens),
+    calib_contexts: Annotated[list[str] | None, typer.Option(help="On-the-spot calibration: context lengths (default: the trace's shortest and longest); repeatable or a comma list.")] = None,
     overlap: Overlap = "auto",
     clock: ClockOpt = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress messages.")] = False,
@@ -271,7 +273,7 @@ def device_check(
     out: Annotated[Path, typer.Option(help=CheckConfig.help("out"))] = Path("device-check"),
     small: Annotated[bool, typer.Option("--small", help=CheckConfig.help("small"))] = False,
     budget_s: Annotated[float, typer.Option("--budget-s", min=30, max=86_400, help=CheckConfig.help("budget_s"))] = 420.0,
-    targets: Annotated[str, typer.Option(help=CheckConfig.help("targets"))] = ",".join(FULL_TARGETS),
+    targets: Annotated[list[str], typer.Option(help=CheckConfig.help("targets") + " Repeatable or a comma list.")] = list(FULL_TARGETS),
     layers: Annotated[int, typer.Option(min=1, max=1024, help=CheckConfig.help("layers"))] = 2,
     dtype: Annotated[str, typer.Option(help=CheckConfig.help("dtype"))] = "auto",
     prompts: Annotated[int, typer.Option(min=1, max=10_000, help=CheckConfig.help("prompts"))] = 4,
@@ -290,7 +292,7 @@ def device_check(
     from validate.devicecheck.check import main_line, run_check, say_stderr
 
     cfg = CheckConfig(device=device, out=out, small=small, budget_s=budget_s,
-                      targets=tuple(t.strip() for t in targets.split(",") if t.strip()), layers=layers, dtype=dtype,
+                      targets=tuple(t.strip() for t in (joined(targets) or "").split(",") if t.strip()), layers=layers, dtype=dtype,
                       prompts=prompts, tokens=tokens, sample=sample, threads=threads, seed=seed, force=force)
     print(f"validate device-check: device {cfg.device}, out {cfg.out}, small {cfg.small}, budget {cfg.budget_s:g} s, "
           f"targets {','.join(cfg.targets)}")

@@ -2,7 +2,7 @@
 
 `WallClock.now()` is `time.perf_counter()`, after `torch.cuda.synchronize` on a CUDA device, so the
 kernels a phase queued are counted in that phase and not in the next: the default, and what the
-issue asks for. `ThreadClock.now()` is `time.thread_time()`, the CPU seconds of the calling thread:
+measured phases are meant to be. `ThreadClock.now()` is `time.thread_time()`, the CPU seconds of the calling thread:
 on a CPU shared with other jobs it leaves out the time the process waited to be scheduled (on this
 project's 2-core machines, under other engineers' load, wall time was twice the CPU time and four
 times as noisy). It is exact only when torch computes in the calling thread (`--threads 1`), and

@@ -46,7 +46,7 @@ Across policies:
 
 `steps` lists every measured step: policy, request, pos, experts (and union, per layer), tokens,
 verified, bytes (expert + dense + KV bytes the cost model counts), the measured phases, measured_s
-and simulated_s (the cost model on that step). Targets (the issue's): mae_pct <= 3, worst_pct <= 8,
+and simulated_s (the cost model on that step). The project's targets: mae_pct <= 3, worst_pct <= 8,
 ranking preserved, the winner faster than confidence by the predicted margin.
 """
 

@@ -14,7 +14,7 @@ model shape, all real or all synthetic; never mixed):
   group and pricing, tuned on the traces it is reported on, for every predictor alike.
 - gain_s = time_per_token(confidence) - time_per_token(ecospec at its best lambda), seconds per
   token. Never negative when the grid holds 0: ecospec at lambda 0 selects exactly what
-  confidence selects (policies.py).
+  confidence selects (ecosim/policies/ecospec.py).
 - kept = gain_s / gain_s of the `oracle` predictor: the fraction of the gain true routing gets that
   this predictor keeps. None (and `note` says so) when the oracle's gain is <= 0: then cost-aware
   selection gains nothing at this budget and pricing, and there is nothing to keep a fraction of.

@@ -33,7 +33,7 @@ class Device:
     step_overhead_s: float | None = None
     bw_efficiency: float | None = None
     compute_efficiency: float | None = None
-    overlap: str | None = None  # "max" or "sum": how memory and compute time combine (see cost.py)
+    overlap: str | None = None  # "max" or "sum": how memory and compute time combine (see ecosim/cost/)
     # Draft-side seconds per speculative step as measured by `validate calibrate` (feed the accepted
     # tokens, expand the tree, select); cost.CostModel.draft_time uses it unless --draft-time is given.
     draft_time_s: float | None = None

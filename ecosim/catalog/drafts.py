@@ -5,7 +5,7 @@ over the tokens the last verify accepted (the "draft extend": SGLang's
 forward_draft_extend_after_decode, TensorRT-LLM's first MTP module), so there is no extra forward
 for it. Each forward reads `forward_bytes`, runs `forward_kernels` kernels on its critical path and,
 sharded like the target's dense weights, `layers` decoder layers' collectives (`moe_layers` of them
-MoE layers). cost.py prices a speculative step's draft side as
+MoE layers). ecosim/cost/ prices a speculative step's draft side as
 
     t_draft = d * (forward_kernels tau_k + forward_bytes / D_dense / (beta B) + layers' collectives)
             + (K_step + d K_level) tau_k + d T_level + [not spec_overlap] T_sync
@@ -26,6 +26,7 @@ A synthetic trace (no kind, `bytes` 0) drafts with an EAGLE-3 head: drafting is 
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,13 @@ from ecosim.catalog.models import ModelShape
 
 EAGLE3_DRAFT_VOCAB = 32000  # EAGLE-3's draft_vocab_size in its released configs
 BF16 = 2
+
+# SGLang's `--speculative-algorithm` for each draft kind, as SGLang's speculative-decoding docs name
+# them: an EAGLE-3 head EAGLE3; DeepSeek-V3's MTP module NEXTN (SGLang runs it as EAGLE, its weights
+# read from the target checkpoint, so no draft path); a separate small model STANDALONE. An early-exit
+# draft (the target's own first layers) has no SGLang algorithm.
+SGLANG_ALGORITHMS = {"eagle3": "EAGLE3", "mtp": "NEXTN", "model": "STANDALONE"}
+DRAFT_PATH = "DRAFT_PATH"  # stands for the draft's checkpoint when the trace does not name it
 
 
 @dataclass(frozen=True)
@@ -49,9 +57,28 @@ def _lm_head(m: ModelShape) -> float:
     return float(m.vocab_size * m.hidden_size * BF16)
 
 
+def draft_kind(draft: dict[str, Any]) -> str:
+    """A manifest draft's kind; a synthetic trace's draft with no kind is an EAGLE-3 head (module docstring)."""
+    return str(draft.get("kind") or ("eagle3" if not draft.get("bytes") else "model"))
+
+
+def sglang_draft_flags(draft: dict[str, Any], path: str | None) -> str | None:
+    """SGLang's flags naming the draft of a trace: `--speculative-algorithm` for its kind and, for a
+    draft with its own checkpoint, `--speculative-draft-model-path` (`path`, else DRAFT_PATH to be
+    filled in). None: SGLang has no algorithm for this kind of draft."""
+    kind = draft_kind(draft)
+    algorithm = SGLANG_ALGORITHMS.get(kind)
+    if algorithm is None:
+        return None
+    flags = f"--speculative-algorithm {algorithm}"
+    if kind != "mtp":
+        flags += f" --speculative-draft-model-path {shlex.quote(path) if path else DRAFT_PATH}"
+    return flags
+
+
 def draft_cost(draft: dict[str, Any], model: ModelShape) -> DraftCost:
     m = model
-    kind = str(draft.get("kind") or ("eagle3" if not draft.get("bytes") else "model"))
+    kind = draft_kind(draft)
     given = float(draft.get("bytes") or 0)
     layers = int(draft.get("layers") or 1)
     layer_dense = (m.dense_bytes - _lm_head(m)) / max(m.num_layers, 1)

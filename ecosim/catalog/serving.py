@@ -1,7 +1,7 @@
 """Serving profiles: how an inference engine spends a batch-1 step beyond the bytes it reads.
 
 A profile is a JSON data file (shipped ones in data/serving/, or a user's own via `--profile FILE`)
-whose fields are the free constants of the step model in cost.py; every field carries units in its
+whose fields are the free constants of the step model in ecosim/cost/; every field carries units in its
 name and a source in the file's `sources`. `validate calibrate` writes the same fields into the
 hardware profiles it measures, so a calibrated CPU profile carries its own terms.
 
@@ -22,7 +22,7 @@ DATA = Path(__file__).parent / "data" / "serving"
 
 @dataclass(frozen=True)
 class ServingProfile:
-    """The step model's free constants (see cost.py for the equation they enter)."""
+    """The step model's free constants (see ecosim/cost/ for the equation they enter)."""
 
     name: str = "none"
     step_fixed_s: float = 0.0  # s per verification step: sampling, scheduling, graph launch, LM-head argmax

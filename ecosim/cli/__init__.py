@@ -8,13 +8,17 @@ readable at 80 columns) and one way to report errors and interrupts.
 
 from __future__ import annotations
 
+import shlex
+import signal
 import sys
 import warnings
+import threading
+from collections.abc import Sequence
 from typing import NoReturn
 
 import typer
-from rich.console import Console
 
+from ecosim.cli.tables import wide_console  # noqa: F401  (every command prints its tables through it)
 from ecosim.errors import EcoSimError, InternalError
 from ecosim.gate.values import EcoSimWarning
 
@@ -40,14 +44,29 @@ def make_app(name: str, help: str) -> typer.Typer:
 app = make_app("ecosim", "Trace-driven simulator of cost-aware speculative decoding on Mixture-of-Experts models.")
 
 
-def wide_console() -> Console:
-    """Tables stay readable when piped (rich would otherwise wrap them at 80 columns)."""
-    return Console(width=max(Console().width, 160))
-
-
 def fail(message: str) -> None:
     """Report a user error the one way the CLI does."""
     raise EcoSimError(message)
+
+
+def joined(values: Sequence[str] | None) -> str | None:
+    """A list option's values as the one comma list its parser reads.
+
+    Every option that takes a list takes it both ways, on every command: repeated
+    (`--policy ar --policy confidence`) and comma-listed (`--policy ar,confidence`), or mixed.
+    None (not given) stays None; an empty item reaches the parser, which names it."""
+    return ",".join(values) if values else None
+
+
+def listed(values: Sequence[str] | None, flag: str) -> list[str]:
+    """A list option's items (repeats and comma lists alike, see `joined`); an empty item is one line."""
+    text = joined(values)
+    if text is None:
+        return []
+    items = [s.strip() for s in text.split(",")]
+    if not all(items):
+        fail(f"{flag} {text!r}: empty item; expected a comma list")
+    return items
 
 
 def interrupted(prog: str, message: str) -> NoReturn:
@@ -63,6 +82,14 @@ def _say(prog: str, text: str) -> None:
     print(f"{prog}: {' '.join(text.split())}", file=sys.stderr)  # always one line
 
 
+_RUNNING: list[str] = []  # the command line `run` is running, for `command_line`
+
+
+def command_line() -> str:
+    """The command being run, as a shell line a user can paste to run it again (a resume)."""
+    return shlex.join(_RUNNING)
+
+
 def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
     """Run a typer app; user errors become one line on stderr and exit status 2, naming the help
     of the command that was run (`see 'ecosim replay --help'`); Ctrl-C is exit status 130.
@@ -71,6 +98,8 @@ def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
     to us: it returns n. That return value is the exit status; anything else a command returns
     (our commands return None) means success.
     """
+    _RUNNING[:] = [prog, *(sys.argv[1:] if argv is None else argv)]
+    previous = _terminate_as_exit()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default", EcoSimWarning)  # each warning once
@@ -104,6 +133,8 @@ def run(app: typer.Typer, prog: str, argv: list[str] | None = None) -> int:
         return e.exit_code
     except BrokenPipeError:
         return 0
+    finally:
+        _restore_terminate(previous)
     return rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
 
 
@@ -118,6 +149,28 @@ def refuse_empty(args: list[str]) -> None:
             after = args[i - 1] if i and args[i - 1].startswith("-") else None
             what = f"{after} is given an empty value" if after else f"argument {i + 1} is an empty string"
             raise EcoSimError(f"{what}; an empty string never means 'not given': give a value or leave it out")
+
+
+TERMINATED = 128 + signal.SIGTERM  # the exit status of a command stopped by SIGTERM, as a shell reports it
+
+
+def _terminate_as_exit() -> object:
+    """SIGTERM raises SystemExit(143) in the main thread instead of killing the process outright,
+    so every `finally` and context manager runs: a kernel is shut down, temporary files and
+    directories are removed (`kill PID` leaves nothing behind, like Ctrl-C). Returns the previous
+    handler; outside the main thread (a test calling `main`) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(TERMINATED)
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
+def _restore_terminate(previous: object) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]
 
 
 def main(argv: list[str] | None = None) -> int:

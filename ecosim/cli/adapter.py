@@ -35,7 +35,7 @@ class Opt:
 
 def knob_options(knobs: Iterable[Knob], axis: bool = False, defaults: dict[str, Any] | None = None,
                  unset: str | None = None) -> list[Opt]:
-    """One option per knob; with `axis`, a comma list (a sweep's axis) given as text. `defaults`
+    """One option per knob; with `axis`, a list (a sweep's axis: repeatable or a comma list, as text). `defaults`
     overrides a knob's own default for one command; with `unset`, an option not given is None and
     its help starts with `unset` (the command applies the defaults itself)."""
     out = []
@@ -48,7 +48,7 @@ def knob_options(knobs: Iterable[Knob], axis: bool = False, defaults: dict[str, 
         elif axis:
             ranges = " and/or inclusive ranges start:stop:step" if k.type in (int, float) else ""
             words = "".join(f", {w}" for w, _ in k.words)
-            out.append(Opt(k.name, str, str(d), f"{k.help} Comma list{ranges}{words}.", k.flag))
+            out.append(Opt(k.name, list[str], [str(d)], f"{k.help} Repeatable or a comma list{ranges}{words}.", k.flag))
         else:
             out.append(Opt(k.name, kind, d, k.help, k.flag, meta))
     return out

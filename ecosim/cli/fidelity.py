@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from ecosim.catalog.serving import DEFAULT_SERVING, load_serving
+from ecosim.catalog.serving import DEFAULT_SERVING, load_serving, shipped
 from ecosim.cli import app, fail, wide_console
 from ecosim.catalog.hosts import load_host
 from ecosim.fidelity import FREE, PUBLISHED, fitted_profile, load_rows, model_label, run, summary
@@ -78,7 +78,7 @@ def _summary_lines(s: dict[str, Any]) -> list[str]:
 
 @app.command()
 def fidelity(
-    profile: Annotated[str, typer.Option(help="Serving profile whose fixed fields are used (cuda-graphs, eager or a .json).")] = DEFAULT_SERVING,
+    profile: Annotated[str, typer.Option(help=f"Serving profile whose fixed fields are used ({', '.join(shipped())} or a .json).")] = DEFAULT_SERVING,
     fit: Annotated[bool, typer.Option(help="Fit the profile's free constants (step, kernel, collective, draft-level latency, host sync) on the rows marked fit; --no-fit uses the profile's own values.")] = True,
     table: Annotated[Path | None, typer.Option(help="A published-measurements JSON of the same format; default: the one shipped. A row's sim.model may be a Hugging Face config.json (or its folder) and sim.preset a routing preset, both relative to this file.")] = None,
     write_profile: Annotated[Path | None, typer.Option(help="Write the fitted serving profile to this (new) JSON file.")] = None,

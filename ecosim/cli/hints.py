@@ -45,3 +45,25 @@ def knob_hints(knobs: Mapping[str, Any], specs: Iterable[PolicySpec], manifests:
     if budget is not None and trees and any(s.policy.knob("budget") for s in specs) and int(budget) > max(trees):
         warn(f"--budget {budget} is above every tree of these traces (at most {max(trees)} candidates besides the "
              f"root): it verifies the same as --budget {max(trees)}")
+
+
+def axis_hints(given: Mapping[str, list[str] | None], axes: Mapping[str, list[Any]], policies: Iterable[str],
+               manifests: Iterable[Mapping[str, Any]]) -> None:
+    """A sweep's version of `knob_hints`: an axis `given` away from its default that no swept policy
+    reads (it is not swept at all), and budgets of the parsed `axes` above every tree (each verifies
+    what the largest tree does)."""
+    chosen = set(policies)
+    for name, values in given.items():
+        k = next((k for k in registry.knobs() if k.name == name), None)
+        if k is None or not values or name in axes or values == [str(k.default)]:
+            continue
+        readers = [n for n in registry.names() if registry.get(n).knob(name)]
+        warn(f"{k.flag} {','.join(values)} has no effect on {', '.join(sorted(chosen))} (policies that read it: "
+             f"{', '.join(readers)}): it is not an axis of this sweep")
+    trees = [int(m.get("tree", {}).get("max_nodes", 0)) for m in manifests]
+    default = [str(k.default) for k in registry.knobs() if k.name == "budget"]
+    budgets = axes.get("budget", []) if given.get("budget") not in (None, [], default) else []  # the default: no one's choice
+    above = sorted({int(b) for b in budgets if isinstance(b, (int, float)) and trees and b > max(trees)})
+    if above:
+        warn(f"--budget {','.join(map(str, above))} above every tree of these traces (at most {max(trees)} candidates "
+             f"besides the root): each verifies the same as --budget {max(trees)}")

@@ -1,6 +1,6 @@
 """Options shared by the commands that price steps (replay, sweep, tune): hardware and placement.
 
-The cost options are CostConfig's fields (ecosim/cost.py), turned into flags by adapter.config_options."""
+The cost options are CostConfig's fields (ecosim/cost/), turned into flags by adapter.config_options."""
 
 from __future__ import annotations
 
@@ -9,24 +9,30 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from ecosim.catalog.devices import Device, get_device
+from ecosim.catalog.devices import DEVICES, Device, get_device
 from ecosim.cli.adapter import config_options, with_options
 from ecosim.cli.values import checked_overrides
 from ecosim.cost import CostConfig, Terms
 from ecosim.errors import EcoSimError
 from ecosim.options import from_options
 from ecosim.policies.base import DRAFTING_RULE
+from ecosim.placements.registry import usage as placement_usage
 from ecosim.units import parse_quantity
 
 if TYPE_CHECKING:  # typing only: the CLI options never need the sweep package loaded
     from ecosim.sweep.grid import Pricing, Settings
 
-Hardware = Annotated[str, typer.Option(help="Catalogue device (h100, h200, b200, a100, mi300x) or a profile .json from `validate calibrate`.")]
+# Help that lists a catalogue or a registry is generated from it, so a new entry is never missing from --help.
+DEVICE_NAMES = ", ".join(DEVICES)
+PLACEMENT_HELP = (f"Where weights live: {placement_usage()} (N devices: tp shards every expert, ep splits the experts; "
+                  "offload keeps CAP experts per layer in HBM; cpu-moe keeps the routed experts of every MoE layer, or of the "
+                  "first N blocks, in host RAM computed by the CPU, and cpu the whole model: both need --host).")
+Hardware = Annotated[str, typer.Option(help=f"Catalogue device ({DEVICE_NAMES}) or a profile .json from `validate calibrate`.")]
 Bw = Annotated[str | None, typer.Option("--bw", help="Override the device's HBM bandwidth, e.g. 3.3TB/s.")]
 Peak = Annotated[str | None, typer.Option(help="Override the dense peak compute, e.g. 989TFLOP/s (applies to BF16 and FP8).")]
 LinkBw = Annotated[str | None, typer.Option(help="Override the per-direction device-to-device link bandwidth, e.g. 450GB/s.")]
 PcieBw = Annotated[str | None, typer.Option(help="Override the per-direction host-to-device bandwidth, e.g. 64GB/s.")]
-Placement = Annotated[str, typer.Option(help="Where weights live: hbm (one device), tp:N (experts sharded over N devices), ep:N (experts split over N), tp:N+ep:M, offload:CAP[:lru|lfu] (CAP experts per layer in HBM), cpu-moe[:N] (routed experts of every MoE layer, or of the first N blocks, in host RAM on the CPU: needs --host), cpu (the whole model on the host's CPU).")]
+Placement = Annotated[str, typer.Option(help=PLACEMENT_HELP)]
 Devices = Annotated[int | None, typer.Option(min=1, help="Number of devices; shorthand for --placement ep:N when N > 1.")]
 DRAFT_STEPS_HELP = ("The setting's draft steps N per verification (SGLang --speculative-num-steps, vLLM "
                     "num_speculative_tokens, llama.cpp --draft-max): each trace's recorded trees are cut to depth N "
@@ -95,7 +101,7 @@ def terms_text(used: dict[str, object]) -> str:
 
 
 def host_text(used: dict[str, object]) -> str:
-    """The host terms a replay with experts in host RAM priced with (cost.py's host_layer_times), and the dtype."""
+    """The host terms a replay with experts in host RAM priced with (ecosim/cost/host.py), and the dtype."""
     out = f"dtype {used['dtype']}; " if "dtype" in used else ""
     h = used.get("host")
     if not isinstance(h, dict):

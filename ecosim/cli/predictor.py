@@ -16,9 +16,9 @@ import typer
 from rich.table import Table
 
 from ecosim.analysis.predictor_compare import compare, group_label, markdown_table, pricing_label, summary_tables, to_dict
-from ecosim.cli import app, fail, make_app, wide_console
+from ecosim.cli import app, fail, joined, make_app, wide_console
 from ecosim.outputs import PREDICTOR, check_output
-from ecosim.cli.options import cost_config, cost_options, used_lines, used_terms
+from ecosim.cli.options import DEVICE_NAMES, PLACEMENT_HELP, cost_config, cost_options, used_lines, used_terms
 from ecosim.predictors import BUILTIN, KINDS, ExpertPredictor, ScoringPredictor, Selection, get_predictor
 from ecosim.predictors.evaluate import Tally, evaluate
 from ecosim.predictors.view import draft_view, fingerprint, request_ids, request_mask
@@ -231,13 +231,13 @@ def _print_table(out: dict[str, Any], note: str = "") -> None:
 @cost_options
 def compare_cmd(
     traces: TraceArgs,
-    predictor: Annotated[str, typer.Option("--predictor", help="Comma list of predictors: kinds by name (k-fold by request), oracle, none, or files (in-sample on the requests they were trained on; they warn).")] = "freq,token,context,oracle",
+    predictor: Annotated[list[str], typer.Option("--predictor", help="Predictors, repeatable or a comma list: kinds by name (k-fold by request), oracle, none, or files (in-sample on the requests they were trained on; they warn).")] = ["freq", "token", "context", "oracle"],
     budget: Annotated[int, typer.Option(min=0, help="Nodes a step may verify besides the root, for confidence and ecospec alike.")] = 16,
-    lam: Annotated[str, typer.Option("--lambda", help="ecospec's lambda grid: comma list and/or ranges start:stop:step; include 0 (= confidence). Fine near 0, where the tiny model's best lambdas lie.")] = "0:0.3:0.025,0.4:2:0.2",
+    lam: Annotated[list[str], typer.Option("--lambda", help="ecospec's lambda grid: values and/or ranges start:stop:step, repeatable or a comma list; include 0 (= confidence). Fine near 0, where the tiny model's best lambdas lie.")] = ["0:0.3:0.025", "0.4:2:0.2"],
     score: Annotated[str, typer.Option(help="ecospec's score: difference or ratio.")] = "difference",
-    hardware: Annotated[str, typer.Option(help="Comma list of catalogue devices or profile .json files.")] = "h200",
-    bw: Annotated[str | None, typer.Option("--bw", help="Comma list of HBM bandwidths overriding the device's, e.g. 1TB/s,4.8TB/s.")] = None,
-    placement: Annotated[str, typer.Option(help="Comma list of placements (hbm, ep:N, offload:CAP); offload makes expert reads cost.")] = "hbm,offload:8",
+    hardware: Annotated[list[str], typer.Option(help=f"Catalogue devices ({DEVICE_NAMES}) or profile .json files, repeatable or a comma list.")] = ["h200"],
+    bw: Annotated[list[str] | None, typer.Option("--bw", help="HBM bandwidths overriding the device's, repeatable or a comma list, e.g. 1TB/s,4.8TB/s.")] = None,
+    placement: Annotated[list[str], typer.Option(help=f"{PLACEMENT_HELP} Repeatable or a comma list; offload makes expert reads cost.")] = ["hbm", "offload:8"],
     folds: Annotated[int, typer.Option(min=2, help="Folds of requests for kinds by name (each request predicted by the others' model).")] = 4,
     recall_only: Annotated[list[Path] | None, typer.Option(help="Traces scored for recall only, not replayed (e.g. a large synthetic shape); repeatable.")] = None,
     cost: dict[str, str | None] | None = None,
@@ -257,11 +257,11 @@ def compare_cmd(
     if "," in score:
         fail(f"--score {score!r}: one score, not a list")
     score = g.parse_axis("score", score)[0]
-    names = g.parse_axis("predictor", predictor)
-    lambdas = g.parse_axis("lambda", lam)
+    names = g.parse_axis("predictor", joined(predictor) or "")
+    lambdas = g.parse_axis("lambda", joined(lam) or "")
     settings = g.Settings(cost=cost_config(cost))
-    pricings = [g.Pricing(h, b, p) for h in g.parse_hardware(hardware) for b in g.parse_bandwidths(bw)
-                for p in g.parse_placements(placement)]
+    pricings = [g.Pricing(h, b, p) for h in g.parse_hardware(joined(hardware) or "") for b in g.parse_bandwidths(joined(bw))
+                for p in g.parse_placements(joined(placement) or "")]
     main, extra = _read(traces), _read(recall_only or [])
     say = (lambda m: print(m, file=sys.stderr)) if sys.stderr.isatty() else None
     groups = compare(main, names, budget, lambdas, pricings, settings, score, folds, progress=say)

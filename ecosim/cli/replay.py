@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from ecosim.cli import app, fail, wide_console
+from ecosim.cli import app, fail, listed, wide_console
 from ecosim.cli.adapter import knob_options, with_options
 from ecosim.cli.hints import knob_hints
 from ecosim.cli.options import (
@@ -24,6 +24,7 @@ from ecosim.des import DesConfig, DesReplay
 from ecosim.metrics import Row
 from ecosim.outputs import TIMELINE, check_output
 from ecosim.placements import parse_placement
+from ecosim.plots import check_plot, plot_replay
 from ecosim.policies import PolicySpec, registry
 from ecosim.replay import TraceReplay
 from ecosim.simulate import Engine, PolicyResult, at_steps, compare, cost_model, step_draft_time
@@ -77,7 +78,7 @@ def _table(results: list[PolicyResult], title: str, per_trace: bool = True) -> T
 @cost_options
 def replay(
     traces: Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces (searched recursively).")],
-    policy: Annotated[str | None, typer.Option(help=f"{', '.join(registry.names())}; default: all side by side.")] = None,
+    policy: Annotated[list[str] | None, typer.Option(help=f"{', '.join(registry.names())}; repeatable or a comma list; default: all side by side.")] = None,
     knobs: dict[str, Any] | None = None,
     hardware: Hardware = "h200",
     bw: Bw = None,
@@ -98,6 +99,7 @@ def replay(
     draft_steps: DraftSteps = None,
     per_trace: Annotated[bool, typer.Option("--per-trace", help="With several traces, a row per (trace, policy) and the totals, instead of one row per policy over all the traces.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="Also draw each policy's speedup over plain decoding as bars to FILE (.png or .svg; needs matplotlib, in the reports extra).")] = None,
 ) -> None:
     """Replay selection policies over recorded (or synthetic) traces and compare them.
 
@@ -107,11 +109,12 @@ def replay(
     loses when it does, and the command that asks the question at a paper-scale shape.
     """
     knobs = knobs or {}
-    names = [registry.get(policy).name] if policy is not None else list(registry.names())
+    names = [registry.get(p).name for p in listed(policy, "--policy")] or list(registry.names())
     if engine not in ("fast", "des"):
         fail(f"--engine must be fast or des, got {engine!r}")
     if engine == "fast" and (timeline or prefetch or max_batch > 1 or arrivals != "sequential"):
         fail("--timeline, --prefetch, --max-batch and --arrivals need --engine des")
+    check_plot(plot)
     if timeline is not None:  # before the replay, not after it: a directory, a missing folder, another file
         check_output(timeline, TIMELINE, force=force, flag="--timeline")
         if not timeline.parent.is_dir():
@@ -165,6 +168,9 @@ def replay(
     with Progress(console=Console(stderr=True), transient=True, disable=not sys.stderr.isatty()) as bar:
         task = bar.add_task("replaying", total=work)
         results = compare(replays, specs, device, place, config, progress=lambda: bar.advance(task))
+    if plot:
+        plot_replay(plot, [r.spec.label() for r in results], [r.total.speedup_vs_ar or 0.0 for r in results],
+                    f"replay over {len(replays)} trace{'s' * (len(replays) != 1)}: speedup over plain decoding")
     run = [s for s in specs if not s.policy.is_bound]
     if timeline and replays and run:  # the first trace's timeline of the last policy that is not a bound
         events = replays[0].events[run[-1]]  # type: ignore[attr-defined]

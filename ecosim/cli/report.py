@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ecosim.cli import app
+from ecosim.cli import app, listed
 from ecosim.report import ReportConfig, build
 
 
@@ -21,7 +21,7 @@ def report(
     routing: Annotated[Path | None, typer.Option(help="Real routing (an import-routing set or the shared npz folder) for the real / hybrid / synthetic routing comparison; default ../shared/data/gpt-oss-20b-routing beside the repository, where it exists.")] = None,
 ) -> None:
     """Execute every notebook in reports/ (jupytext sources) with a real kernel; write HTML + PNGs."""
-    cfg = ReportConfig(traces=traces, out=out, validation=validation, only=tuple(n.strip() for o in (only or ()) for n in o.split(",") if n.strip()), reports=reports, routing=routing)
+    cfg = ReportConfig(traces=traces, out=out, validation=validation, only=tuple(listed(only, "--only")), reports=reports, routing=routing)
     if cfg.routing_dir() is None:
         print(f"routing: none at {cfg.default_routing()}; the reports show synthetic routing only (give --routing DIR)", flush=True)
     pages = build(cfg, progress=lambda page: print(f"built {page}", flush=True))

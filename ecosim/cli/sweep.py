@@ -12,26 +12,31 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from ecosim.cli import app, fail, interrupted, wide_console
+from ecosim.cli import app, command_line, fail, interrupted, joined, wide_console
 from ecosim.cli.adapter import knob_options, with_options
+from ecosim.cli.hints import axis_hints
 from ecosim.outputs import SWEEP, check_output
-from ecosim.cli.options import LinkBw, PcieBw, Peak, cost_config, cost_options, used_lines, used_terms
+from ecosim.cli.options import (
+    DEVICE_NAMES, PLACEMENT_HELP, LinkBw, PcieBw, Peak, cost_config, cost_options, used_lines, used_terms,
+)
+from ecosim.plots import check_plot, plot_sweep
 from ecosim.policies import PolicySpec, registry
 from ecosim.policies.base import DRAFTING_RULE
+from ecosim.trace.read import find_traces, read_manifest
 from ecosim.trace.schema import provenance_notes
 
-Policies = Annotated[str, typer.Option("--policy", help=f"Comma list of {', '.join(registry.names())}; "
+Policies = Annotated[list[str], typer.Option("--policy", help=f"{', '.join(registry.names())}, repeatable or a comma list; "
                                        f"{' and '.join(registry.references())} rows are always computed (the ratios need them).")]
-HardwareList = Annotated[str, typer.Option("--hardware", help="Comma list of catalogue devices (h100, h200, b200, a100, mi300x) or profile .json files.")]
-BwList = Annotated[str | None, typer.Option("--bw", help="Comma list of HBM bandwidths overriding the device's, e.g. 2TB/s,3.3TB/s,4.8TB/s.")]
-PlacementList = Annotated[str, typer.Option("--placement", help="Comma list of placements: hbm, tp:N, ep:N, tp:N+ep:M, offload:CAP[:lru|lfu].")]
+HardwareList = Annotated[list[str], typer.Option("--hardware", help=f"Catalogue devices ({DEVICE_NAMES}) or profile .json files; repeatable or a comma list.")]
+BwList = Annotated[list[str] | None, typer.Option("--bw", help="HBM bandwidths overriding the device's, repeatable or a comma list, e.g. 2TB/s,3.3TB/s,4.8TB/s.")]
+PlacementList = Annotated[list[str], typer.Option("--placement", help=f"{PLACEMENT_HELP} Repeatable or a comma list.")]
 Objective = Annotated[str, typer.Option(help="What the winner optimises over the total of the traces: time_per_token (smallest) or speedup_vs_ar (largest).")]
 MinTps = Annotated[float | None, typer.Option("--min-tokens-per-step", min=1.0, max=32767.0, help="Winner constraint: total tokens / total steps at least this.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of tables.")]
-StepsList = Annotated[str | None, typer.Option("--draft-steps", help="Comma list of the settings' draft steps N and/or "
+StepsList = Annotated[list[str] | None, typer.Option("--draft-steps", help="The settings' draft steps N and/or "
                                               "inclusive ranges start:stop:step, and `recorded` (each trace's own depth, "
                                               "the default): each trace is replayed cut to depth N (at most its recorded "
-                                              "depth). " + DRAFTING_RULE)]
+                                              "depth); repeatable or a comma list. " + DRAFTING_RULE)]
 
 
 def _progress() -> Progress:
@@ -79,11 +84,11 @@ def _winner_table(doc: dict[str, Any]) -> Table:
 def sweep(
     traces: Annotated[list[Path], typer.Argument(help="Trace directories, or directories holding traces (searched recursively).")],
     out: Annotated[Path, typer.Option("--out", help="Sweep directory: parts/, results.parquet, winner.json; rerun into it to resume.")],
-    policy: Policies = "ar,confidence,ecospec",
-    knobs: dict[str, str] | None = None,
-    hardware: HardwareList = "h200",
+    policy: Policies = ["ar", "confidence", "ecospec"],
+    knobs: dict[str, list[str]] | None = None,
+    hardware: HardwareList = ["h200"],
     bw: BwList = None,
-    placement: PlacementList = "hbm",
+    placement: PlacementList = ["hbm"],
     draft_steps: StepsList = None,
     peak: Peak = None,
     link_bw: LinkBw = None,
@@ -95,6 +100,7 @@ def sweep(
     objective: Objective = "time_per_token",
     min_tokens_per_step: MinTps = None,
     as_json: AsJson = False,
+    plot: Annotated[Path | None, typer.Option(help="Also draw time per token against tokens per step of every configuration, with the front, to FILE (.png or .svg; needs matplotlib, in the reports extra).")] = None,
 ) -> None:
     """Replay the Cartesian product of the given axes over traces into DIR/results.parquet.
 
@@ -111,45 +117,51 @@ def sweep(
     if objective not in OBJECTIVES:
         fail(f"--objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     check_output(out, SWEEP)  # a sweep directory is resumed; anything else is never written into
+    check_plot(plot)
     if executor not in ("local", "ray"):
         fail(f"--executor must be local or ray, got {executor!r}")
     if executor == "ray":
         import_ray()  # one line saying how to install it, exit 2
-    policies = g.parse_policies(policy)
+    policies = g.parse_policies(joined(policy) or "")
     used = {k.name: k for p in policies for k in registry.get(p).knobs}  # an axis no policy uses is not read
     grid = g.Grid(
         policies=policies,
-        knobs={name: g.parse_axis(k, (knobs or {})[name]) for name, k in used.items()},
-        hardware=g.parse_hardware(hardware),
-        bandwidths=g.parse_bandwidths(bw),
-        placements=g.parse_placements(placement),
+        knobs={name: g.parse_axis(k, joined((knobs or {})[name]) or "") for name, k in used.items()},
+        hardware=g.parse_hardware(joined(hardware) or ""),
+        bandwidths=g.parse_bandwidths(joined(bw)),
+        placements=g.parse_placements(joined(placement) or ""),
         settings=g.Settings(cost_config(cost),
                             peak, link_bw, pcie_bw),
-        draft_steps=g.parse_steps(draft_steps),
+        draft_steps=g.parse_steps(joined(draft_steps)),
     )
     for p in grid.pricings():
         grid.settings.device(p)  # unknown hardware or a bad override: one line, before any work
+    axis_hints(knobs or {}, grid.knobs, policies, [read_manifest(p) for p in find_traces([str(t) for t in traces])])
     used = used_terms(grid.settings, grid.pricings())
-    committed = 0
+    count = {"done": 0, "total": 0, "before": 0}  # (configuration, trace) runs, as the summary counts rows
 
     def done(n: int) -> None:
-        nonlocal committed
-        committed += n
+        count["done"] += n
         bar.advance(task, n)
 
     with _progress() as bar:
         task = bar.add_task("planning", total=None)
 
         def plan(total: int, skipped: int) -> None:
+            count.update(done=skipped, total=total, before=skipped)
             bar.update(task, description=f"sweep ({skipped} done before)", total=total, completed=skipped)
 
         try:
             outcome = run_sweep(grid, [str(p) for p in traces], out, executor, jobs or default_jobs(), ray_address,
                                 objective, min_tokens_per_step, on_plan=plan, on_done=done)
         except KeyboardInterrupt:
-            interrupted("ecosim", f"interrupted; {committed} configurations committed to {out}/parts, rerun the same sweep "
-                                  "to resume")
+            interrupted("ecosim", _interrupted_text(count, out))
     d = outcome.dir
+    if plot:
+        from ecosim.sweep.winner import totals
+
+        groups = totals(outcome.results, [t["path"] for t in outcome.winner["traces"]])
+        plot_sweep(plot, [g for g in groups if g["policy"] != registry.bound().name], _pricing)
     n_traces = len(outcome.winner["traces"])
     n_configs = len(outcome.configs) // n_traces  # outcome.configs holds one entry per (configuration, trace)
     summary = {
@@ -171,6 +183,16 @@ def sweep(
         console.print(f"[yellow]{outcome.impossible} configurations skipped, their placement does not fit the device: "
                       f"{'; '.join(outcome.impossible_reasons or [])}[/yellow]")
     _notes(console, outcome.winner["traces"])
+
+
+def _interrupted_text(count: dict[str, int], out: Path) -> str:
+    """Ctrl-C's one line: configurations done of total (a configuration on one trace is one, as the
+    summary's rows), where they are, and the command that resumes."""
+    if not count["total"]:
+        return f"interrupted while planning, nothing committed; run again with: {command_line()}"
+    before = f", {count['before']} of them before this run" if count["before"] else ""
+    return (f"interrupted; {count['done']} of {count['total']} configurations done (one per configuration and trace{before}), "
+            f"committed to {out}/parts; resume with: {command_line()}")
 
 
 def _notes(console: Console, traces: list[dict[str, Any]]) -> None:

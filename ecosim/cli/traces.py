@@ -48,7 +48,7 @@ def inspect(
     routing: Annotated[bool, typer.Option("--routing", help="Routing statistics instead (neighbour overlap, distinct experts per window, token recall, popularity, tree overlaps); also takes routing sets and importable dumps.")] = False,
     fit_fraction: Annotated[float, typer.Option(min=0.05, max=0.95, help="With --routing: share of sequences the token table is fitted on (recall is measured on the rest).")] = 0.5,
     seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="With --routing: seed of the fit/test split of sequences.")] = 0,
-    check_preset: Annotated[list[str] | None, typer.Option("--check-preset", help="With --routing: route each real set's own tokens with this preset (a shipped name or a preset file; repeat or comma-separate) and compare with the real routing on the sequences a fit with --seed and --fit-fraction leaves out (ecosim/routing/check.py).")] = None,
+    check_preset: Annotated[list[str] | None, typer.Option("--check-preset", help="With --routing: route each real set's own tokens with this preset (a shipped name or a preset file; repeatable or a comma list) and compare with the real routing on the sequences a fit with --seed and --fit-fraction leaves out (ecosim/routing/check.py).")] = None,
 ) -> None:
     """Summarise traces: model, requests by task, tree sizes, acceptance, expert usage, size on disk."""
     if routing:

@@ -33,7 +33,7 @@ def _notes_dropped(data: Any) -> Any:
 
 
 class ServingSpec(Closed):
-    """A serving profile: the free constants of the step model in ecosim/cost.py."""
+    """A serving profile: the free constants of the step model in ecosim/cost/."""
 
     name: Str("the profile's name") = "none"
     base: Str("optional: a shipped profile or another file this one changes (only the fields it names differ)", null=True) = None

@@ -60,7 +60,7 @@ class ModelSpec(Spec):
     moe_intermediate_size: Int(1, INT32_MAX)
     vocab_size: Int(1, INT32_MAX)
     expert_bytes: Num(gt=0, le=MAX_BYTES, doc="bytes of one routed expert's weights as stored")
-    dense_bytes: Num(ge=0, le=MAX_BYTES, doc="bytes read per forward that are not routed experts: attention, shared experts, dense layers, embeddings and LM head (0 only in hand-worked shapes whose every byte is an expert)")
+    dense_bytes: Num(ge=0, le=MAX_BYTES, doc="bytes read per forward that are not routed experts: attention, shared experts, dense layers, embeddings and LM head (0 only in hand-worked synthetic shapes whose every byte is an expert; a recorded trace's is positive)")
     kv_bytes_per_token: Num(ge=0, le=2.0**40, doc="optional (default 0): bytes of KV cache one context token adds, over all layers") = 0
     bytes_per_param: Num(gt=0, le=8, doc="optional (default 2): weight bytes per parameter as stored (1 FP8, 2 BF16, 0.53 MXFP4)") = 2.0
     source: Str("optional: where the shape comes from") = ""

@@ -1,7 +1,7 @@
 """What every placement answers, so nothing else compares a placement's name.
 
 A placement says where the weights live and what a step's MoE layer costs in *device-local*
-terms; cost.py turns those into seconds:
+terms; ecosim/cost/ turns those into seconds:
 
 - `groups`: expert groups (devices that hold different experts); `group_masks` says which experts
   each group holds, `union_per_group` counts the distinct experts of a step's union that each group
@@ -10,7 +10,7 @@ terms; cost.py turns those into seconds:
 - `devices`: devices in use; `dense_share`: devices the dense weights and the KV cache are split
   over (attention is tensor parallel over every device in the sharded placements);
 - `allreduces` / `alltoalls`: collectives per transformer layer (MoE or dense), each paying a
-  latency plus its bytes over the link (cost.py);
+  latency plus its bytes over the link (ecosim/cost/);
 - `resident_experts`: experts per MoE layer a device holds, for the capacity check;
 - `cache`: the state a step leaves behind (offload), or None: `stateful` follows from it;
 - `host_layers`: which MoE layers' routed experts the host's CPU reads and computes (cpu-moe[:N], cpu),

@@ -3,7 +3,7 @@ experts and the KV cache on one GPU. `cpu-moe` is every MoE layer (llama.cpp `--
 ik_llama.cpp `-ot exps=CPU`); `cpu-moe:N` the MoE layers among the first N decoder blocks (llama.cpp
 `--n-cpu-moe N`), the others' experts resident on the GPU as under `hbm`.
 
-A host MoE layer costs (hosts.py, cost.py's host_layer_times)
+A host MoE layer costs (hosts.py, ecosim/cost/host.py)
 
     comb_host( u e / (B_host eta_read eta_engine),  2 n k P_e / F(n) ) + 2 n h a / B_pcie + t_layer
 

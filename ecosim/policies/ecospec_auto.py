@@ -1,4 +1,4 @@
-"""`ecospec-auto` (`ecospec --lambda auto` in the issue): the selections of greatest expected tokens
+"""`ecospec-auto` (also `ecospec --lambda auto`): the selections of greatest expected tokens
 per second over the run, each step scored at the running rate, (1 + E[accepted]) - lambda t_step,
 with calibrated values and costs in seconds (ecosim/auto: why Dinkelbach's
 theorem makes this the throughput optimum; marginal.py the pricing; acceptance.py the values;

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ecosim.errors import EcoSimError
 from ecosim.policies.base import Knob
-from ecosim.predictors import get_predictor
+from ecosim.predictors import BUILTIN, KINDS, get_predictor
 
 SCORES = ("difference", "ratio")
 
@@ -52,9 +52,9 @@ LAMBDA = Knob("lam", float, 0.5, "ecospec's cost weight: value - lambda x (new e
               "auto: no weight, per step the subtree of most expected tokens per second (runs ecospec-auto).",
               column="lambda", check=_lam, short="λ=", words=(("auto", "ecospec-auto"),))
 PREDICTOR = Knob("predictor", str, "token",
-                 "Expert predictor ecospec scores with: token, freq or context (trained on the fly on the trace's other "
-                 "requests, k-fold), a predictor file from `ecosim predictor train`, oracle (true routing, an upper "
-                 "bound) or none.", resolve=_load_predictor, fingerprint=file_fingerprint)
+                 f"Expert predictor ecospec scores with: {', '.join(KINDS)} (trained on the fly on the trace's other "
+                 f"requests, k-fold), a predictor file from `ecosim predictor train`, or one of {', '.join(BUILTIN)} "
+                 "(oracle: true routing, an upper bound).", resolve=_load_predictor, fingerprint=file_fingerprint)
 SCORE = Knob("score", str, "difference",
              "ecospec's score: difference (value - lambda*cost) or ratio (value / (1 + lambda*cost)).", check=_score, optional=True)
 

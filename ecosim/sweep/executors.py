@@ -7,14 +7,22 @@ task's rows as a part right away, so the order tasks finish in never changes the
   tasks in the driver itself, one after another.
 - `ray`: `ray.init(address=...)` when an address is given (the nodes need ecosim installed and the
   traces at the same paths, e.g. on a shared filesystem), a local Ray with N CPUs otherwise.
+  A local Ray leaves nothing behind (`_local_ray`): its session folder is a private temporary folder
+  removed after shutdown (unless RAY_TMPDIR says where it goes), and its authentication token is
+  given in the environment for this run, so Ray does not save one to ~/.ray/auth_token.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
 import os
+import secrets
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
@@ -112,15 +120,44 @@ def check_ray_address(address: str) -> None:
                           "is the Ray head running there?") from None
 
 
+@contextlib.contextmanager
+def _local_ray() -> Iterator[dict[str, Any]]:
+    """The `ray.init` arguments of a local Ray that leaves no file behind, for the span of the run.
+
+    Ray keeps a session folder per start in $RAY_TMPDIR (default /tmp/ray) and never removes it: a
+    private folder, short because Ray's socket paths must stay under 108 bytes, is used and removed.
+    Ray turns token authentication on for a local cluster and, with no token in the environment,
+    saves a new one to ~/.ray/auth_token: a token for this run only is put in the environment
+    (RAY_AUTH_TOKEN; Ray's workers inherit it). A token or folder the user set is kept as is."""
+    saved = os.environ.get("RAY_AUTH_TOKEN")
+    mine = saved is None and "RAY_AUTH_TOKEN_PATH" not in os.environ and not (Path.home() / ".ray" / "auth_token").exists()
+    folder = None if os.environ.get("RAY_TMPDIR") else tempfile.mkdtemp(prefix=f"ecosim-ray-{os.getpid()}-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    if mine:
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    try:
+        yield {} if folder is None else {"_temp_dir": folder}
+    finally:
+        if mine:
+            os.environ.pop("RAY_AUTH_TOKEN", None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def run_ray(tasks: list[Task], jobs: int, address: str | None = None) -> Done:
     ray = import_ray()
+    with contextlib.ExitStack() as stack:
+        yield from _run_ray(ray, stack, tasks, jobs, address)
+
+
+def _run_ray(ray: Any, stack: contextlib.ExitStack, tasks: list[Task], jobs: int, address: str | None) -> Done:
     started = False
     if not ray.is_initialized():
         kwargs: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": False}
         if address:
             kwargs["address"] = address
         else:
-            kwargs.update(num_cpus=jobs, include_dashboard=False, object_store_memory=256 << 20)
+            kwargs.update(num_cpus=jobs, include_dashboard=False, object_store_memory=256 << 20,
+                          **stack.enter_context(_local_ray()))
         try:
             ray.init(**kwargs)
         except Exception as e:  # noqa: BLE001  (connection refused, bad address, ...)

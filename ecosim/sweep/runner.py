@@ -27,7 +27,8 @@ from ecosim.trace.read import read_manifest, read_positions
 
 WINNER = "winner.json"
 # Test hook (tests/test_sweep.py, tests/test_faults.py): "N" sends this process SIGKILL right after
-# it commits its N-th part, a point that does not depend on the machine's speed. Unset in normal use.
+# it commits its N-th part, a point that does not depend on the machine's speed; "N:SIGINT" sends
+# SIGINT instead (a user's Ctrl-C). Unset in normal use.
 KILL_AFTER_PART = "ECOSIM_TEST_KILL_AFTER_PART"
 
 
@@ -112,8 +113,9 @@ def run_sweep(
         d.write_part(records)
         if on_done:
             on_done(len(records))
-        if os.environ.get(KILL_AFTER_PART) == str(n):
-            os.kill(os.getpid(), signal.SIGKILL)
+        when, _, sig = os.environ.get(KILL_AFTER_PART, "").partition(":")
+        if when == str(n):
+            os.kill(os.getpid(), getattr(signal, sig or "SIGKILL"))
     results = d.consolidate(configs)
     winner = choose(results, meta, objective, min_tokens_per_step)
     atomic_write_text(json.dumps(winner, indent=1) + "\n", d.path / WINNER)

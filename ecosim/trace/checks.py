@@ -89,6 +89,9 @@ def check_manifest(m: Any) -> None:
         raise TraceError(MANIFEST, f"must increase within [0, num_layers={model['num_layers']})", column="model.moe_layers")
     if not 1 <= model["top_k"] <= model["num_experts"]:
         raise TraceError(MANIFEST, "must be in [1, num_experts]", column="model.top_k")
+    if model["dense_bytes"] == 0 and not m["synthetic"]:  # every real model reads attention, embeddings and LM head
+        raise TraceError(MANIFEST, "is 0 in a recorded trace: a real model reads attention, embeddings and the LM head "
+                         "every forward (0 only in hand-worked synthetic shapes)", column="model.dense_bytes")
     if len(layers) * model["top_k"] > 2**31 - 1:  # the width of the `experts` lists
         raise TraceError(MANIFEST, "len(moe_layers) x top_k must fit an int32", column="model.top_k")
     if "n_group" in model or "topk_group" in model:  # optional: a shape's own group limits (ModelShape.n_group)

@@ -5,7 +5,7 @@ before it became the `tracer.training` package: the card must stay byte-identica
 figures. `two_stages.json` is the committed pair's `train_metrics.json`; `one_stage.json` drops
 the second stage, the CPU time and the per-task balance; `targets_missed.json` misses the targets.
 One change since, on purpose: the two-stage cards gained the paragraph on what the second stage
-costs in routing locality (issue 18, item 5); the expected files were rendered again, that paragraph their only change.
+costs in routing locality; the expected files were rendered again, that paragraph their only change.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def test_missed_targets_are_marked():
     """The verdict column comes from the figures: the case misses every whole-pair target and
     two of the per-task ones (coding set to 5.1x, qa at 4.21x in the committed figures)."""
     text = (DATA / "targets_missed.md").read_text(encoding="utf-8")
-    section = text.split("## Against the targets of the issue")[1]
+    section = text.split("## Against the project's targets")[1]
     rows = [r for r in section.splitlines() if r.startswith("| ") and not r.startswith("| target ")]
     assert sum(r.endswith("| **no** |") for r in rows) == 7
     assert sum(r.endswith("| yes |") for r in rows) == 2

@@ -81,7 +81,7 @@ def test_exit_codes_are_in_the_help(capsys):
 
 
 def test_fresh_eight_prompt_run_with_a_token_winner_meets_the_targets(tmp_path):
-    """Issue 17's last test: a fresh run (8 prompts, winner of a `token` sweep, CPU clock) within
+    """A fresh run (8 prompts, winner of a `token` sweep, CPU clock) within
     the targets: mean absolute error <= 3%, worst <= 8%, ranking preserved, winner faster than
     confidence (data/ecosim-tiny-x256-cpu-8p/README.md)."""
     d = tmp_path / "run"

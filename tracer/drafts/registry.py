@@ -11,37 +11,52 @@ manifest's `draft` object (`drafts.cost`).
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tracer.drafts import eagle3, early_exit, model, mtp
 from tracer.errors import TracerError
 from tracer.loading import Source
 
 
 @dataclass(frozen=True)
 class Kind:
-    """One draft kind: its `--draft` syntax, a line of help, its loader and an early check."""
+    """One draft kind: its `--draft` syntax, a line of help, the module that loads it (imported only
+    when a draft of this kind is loaded: it needs torch, `--help` does not) and whether it has an
+    early check (`precheck(src)`)."""
 
     name: str
     usage: str
     help: str
-    load: Callable[..., tuple[Any, dict[str, Any]]]
+    module: str
     takes_arg: bool
-    precheck: Callable[[Source], None] | None = None
+    checks: bool = False
+
+    @property
+    def load(self) -> Callable[..., tuple[Any, dict[str, Any]]]:
+        return importlib.import_module(self.module).load  # type: ignore[no-any-return]
+
+    @property
+    def precheck(self) -> Callable[[Source], None] | None:
+        return importlib.import_module(self.module).precheck if self.checks else None
 
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("model", "model:PATH", "a separate checkpoint sharing the target's tokenizer (dir, name or hub id)", model.load, True),
-    Kind("early-exit", "early-exit:N", "the target's first N layers + final norm + LM head (N or auto)", early_exit.load, True),
-    Kind("mtp", "mtp", "DeepSeek-V3's MTP module from the target checkpoint's layer num_hidden_layers", mtp.load, False, mtp.precheck),
-    Kind("eagle3", "eagle3:PATH", "an EAGLE-3 head directory (config.json + safetensors)", eagle3.load, True),
+    Kind("model", "model:PATH", "a separate checkpoint sharing the target's tokenizer (dir, name or hub id)", "tracer.drafts.model", True),
+    Kind("early-exit", "early-exit:N", "the target's first N layers + final norm + LM head (N or auto)", "tracer.drafts.early_exit", True),
+    Kind("mtp", "mtp", "DeepSeek-V3's MTP module from the target checkpoint's layer num_hidden_layers", "tracer.drafts.mtp", False, True),
+    Kind("eagle3", "eagle3:PATH", "an EAGLE-3 head directory (config.json + safetensors)", "tracer.drafts.eagle3", True),
 )}
 
 
 def usage() -> str:
     return ", ".join(k.usage for k in KINDS.values())
+
+
+def help_text() -> str:
+    """`--draft`'s help: every kind with its line (generated, so a new kind is never missing)."""
+    return "; ".join(f"'{k.usage}' ({k.help})" for k in KINDS.values())
 
 
 def parse(spec: str) -> tuple[Kind, str]:

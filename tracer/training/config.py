@@ -1,4 +1,4 @@
-"""The default pair's architectures, its special tokens, and the targets the issue set for it.
+"""The default pair's architectures, its special tokens, and the targets the project sets for it.
 
 Both models are 192 wide so that the trained target's embedding can seed the draft's. Every
 target layer is MoE (32 routed experts, top-4) so that every layer's routing can be traced.

@@ -1,6 +1,6 @@
 """`validate calibrate`: measure this hardware the way ecosim's cost model prices a step.
 
-The cost model (ecosim/cost.py, full mode, one device) prices a verification step of n tokens
+The cost model (ecosim/cost/, full mode, one device) prices a verification step of n tokens
 whose routed experts have union u_l in MoE layer l, after a context of c tokens, as
 
     t = sum_l comb(u_l * expert_bytes / bw, 2 n k expert_params / peak)

@@ -41,138 +41,22 @@ ordering; the engines decide which steps happen and in what state (see replay.py
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from ecosim.catalog.devices import Device
 from ecosim.catalog.drafts import DraftCost
-from ecosim.catalog.dtypes import BITS, at_dtype
-from ecosim.catalog.hosts import Host, load_host
+from ecosim.catalog.dtypes import at_dtype
+from ecosim.catalog.hosts import Host
 from ecosim.catalog.models import ModelShape
-from ecosim.catalog.serving import DEFAULT_SERVING, HOST_DEFAULTS, MEASURED, ServingProfile, load_serving
-from ecosim.options import choice, duration, fraction, option
+from ecosim.catalog.serving import ServingProfile
+from ecosim.cost.host import host_layer_times
+from ecosim.cost.terms import ACT_BYTES, CostConfig, Terms, cost_doc
 from ecosim.errors import InternalError
 from ecosim.placements import Hbm, Placement
 
-ACT_BYTES = 2  # BF16 activations crossing the link
-
-
-@dataclass(frozen=True)
-class CostConfig:
-    """How a step is priced. Each field is a CLI option of the commands that price steps (replay,
-    sweep, tune, predictor compare; its flag, help and parser in the metadata, ecosim/options.py).
-    None means "not given": the hardware profile's measured value, else the serving profile's, applies
-    (`Terms`); one rule for every field: explicit CLI > profile > default."""
-
-    mode: Literal["full", "experts-only"] = field(default="full", metadata=option(
-        "--cost", "full: the whole step; experts-only: only routed-expert bytes at raw bandwidth (checkable by hand). "
-        "Default: full.", choice("full", "experts-only")))
-    serving: ServingProfile | None = field(default=None, metadata=option(
-        "--profile", "Serving profile: cuda-graphs, eager, or a .json of its fields (a `validate calibrate` profile too); "
-        "default: the hardware profile's own terms, else cuda-graphs.", load_serving))
-    bw_efficiency: float | None = field(default=None, metadata=option(
-        "--bw-efficiency", "Achieved fraction of peak HBM bandwidth, in [0.01, 1]; default: the serving profile's "
-        "(ignored under experts-only).", fraction))
-    compute_efficiency: float | None = field(default=None, metadata=option(
-        "--compute-efficiency", "Achieved fraction of peak FLOP/s, in [0.01, 1]; default: the serving profile's.", fraction))
-    step_overhead_s: float | None = field(default=None, metadata=option(
-        "--step-overhead", "Fixed time per verification step (sampling, scheduling), a time with its unit, e.g. 30us; "
-        "default: the serving profile's.", duration))
-    draft_time_s: float | None = field(default=None, metadata=option(  # per speculative step
-        "--draft-time", "Draft time per speculative step, a time with its unit, e.g. 1.5ms, whatever its steps; default: the "
-        "steps it drafts x one draft forward, plus their bookkeeping (drafts.py).", duration))
-    link_latency_s: float | None = field(default=None, metadata=option(  # per collective
-        "--link-latency", "Latency per collective (all-reduce or all-to-all round), a time with its unit, e.g. 5us; "
-        "default: the serving profile's.", duration))
-    overlap: Literal["max", "sum"] | None = field(default=None, metadata=option(
-        "--overlap", "How memory and compute time combine: max (they overlap: GPUs) or sum (CPUs); default: the "
-        "hardware or serving profile's.", choice("max", "sum")))
-    host: Host | None = field(default=None, metadata=option(
-        "--host", "Host machine whose RAM and CPU hold the routed experts under --placement cpu-moe[:N] or the whole "
-        "model under cpu: a catalogue host (xeon-6454s-1s, xeon-6454s-2s, epyc-9654-1s, epyc-9355-1s, desktop-ddr5-2ch, validate-cpu) "
-        "or a host .json (a `validate calibrate` profile too); default: none.", load_host))
-    dtype: str | None = field(default=None, metadata=option(
-        "--dtype", "Weights stored as this type (bits per weight, block scales included): bf16, fp8, int8, mxfp4, nvfp4 "
-        "or a GGUF type (q8_0, q6_k, q5_k_m, q4_k_m, q4_k, q4_0, iq4_xs, q3_k, q2_k, iq2_xxs, ...); default: the "
-        "model's own.", choice(*BITS)))
-
-
-def cost_doc(config: CostConfig) -> dict[str, Any]:
-    """The config as a sweep id hashes it: the host-memory fields (--host, --dtype) only where given, so the ids of
-    every sweep priced without them stay as they were."""
-    doc = asdict(config)
-    for k in ("host", "dtype"):
-        if doc[k] is None:
-            del doc[k]
-    if isinstance(doc.get("serving"), dict):  # a profile's host terms likewise, at their defaults
-        for k, default in HOST_DEFAULTS.items():
-            if doc["serving"].get(k) == default:
-                del doc["serving"][k]
-    return doc
-
-
-@lru_cache(maxsize=None)
-def _default_serving() -> ServingProfile:
-    return load_serving(DEFAULT_SERVING)
-
-
-def _first(*values: Any) -> Any:
-    """The first value that was given (not None): explicit CLI > profile > default."""
-    return next(v for v in values if v is not None)
-
-
-@dataclass(frozen=True)
-class Terms:
-    """Every constant a priced step used, resolved once (printed by replay's footer and --json)."""
-
-    serving: str
-    step_fixed_s: float
-    kernel_latency_s: float
-    extra_layer_kernels: float
-    extra_kernel_s: float
-    collective_latency_s: float
-    bw_efficiency: float
-    compute_efficiency: float
-    gemm_tile_rows: float
-    overlap: str
-    memory_fraction: float
-    spec_step_kernels: float
-    spec_level_kernels: float
-    spec_level_s: float
-    spec_sync_s: float
-    spec_overlap: bool
-    draft_time_s: float | None
-
-    @staticmethod
-    def profile(config: CostConfig, device: Device) -> ServingProfile:
-        """The serving profile in force: --profile, else the device's own, else (a measured device, which
-        claims nothing it did not measure) MEASURED, else the default."""
-        return config.serving or device.serving or (MEASURED if device.step_overhead_s is not None else _default_serving())
-
-    @classmethod
-    def resolve(cls, config: CostConfig, device: Device) -> Terms:
-        s = cls.profile(config, device)
-        return cls(
-            serving=s.name,
-            step_fixed_s=_first(config.step_overhead_s, device.step_overhead_s, s.step_fixed_s),
-            kernel_latency_s=s.kernel_latency_s,
-            extra_layer_kernels=s.extra_layer_kernels,
-            extra_kernel_s=s.extra_kernel_s,
-            collective_latency_s=_first(config.link_latency_s, s.collective_latency_s),
-            bw_efficiency=_first(config.bw_efficiency, device.bw_efficiency, s.bw_efficiency),
-            compute_efficiency=_first(config.compute_efficiency, device.compute_efficiency, s.compute_efficiency),
-            gemm_tile_rows=s.gemm_tile_rows,
-            overlap=_first(config.overlap, device.overlap, s.overlap),
-            memory_fraction=s.memory_fraction,
-            spec_step_kernels=s.spec_step_kernels,
-            spec_level_kernels=s.spec_level_kernels,
-            spec_level_s=s.spec_level_s,
-            spec_sync_s=s.spec_sync_s,
-            spec_overlap=s.spec_overlap,
-            draft_time_s=config.draft_time_s if config.draft_time_s is not None else device.draft_time_s,
-        )
+__all__ = ["ACT_BYTES", "NOT_MODELLED", "CostConfig", "CostModel", "Terms", "cost_doc", "host_layer_times"]
 
 
 # The costs the model leaves out; printed with every replay so nobody mistakes them for modelled.
@@ -470,28 +354,3 @@ class CostModel:
             "draft": asdict(self.draft) if self.draft else None,
             "not_modelled": list(NOT_MODELLED),
         }
-
-
-def host_layer_times(cost: CostModel, union: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """Seconds of MoE layers whose routed experts the host computes (cpu-moe[:N], cpu): (steps, layers).
-
-        t = comb_host( u e / (B_host eta_read eta_engine),  2 n k P_e / F(n) )  [+ 2 n h a / B_pcie]  + t_layer
-        F(1) = gemv_flops;  F(n > 1) = gemm_flops eta_gemm min(1, m / gemm_rows),  m = n k / u
-
-    (hosts.py; comb_host: the host's overlap, max or sum). The PCIe term is the hidden states' round trip to the
-    CPU and back (cpu-moe only: under cpu they never leave the host); t_layer the engine's synchronisation per host
-    layer (ServingProfile.host_layer_s). Under experts-only: the union's bytes at the raw host bandwidth."""
-    host, m, e = cost.host, cost.model, cost.engine
-    assert host is not None
-    memory = union * float(m.expert_bytes) / host.bandwidth
-    if cost.experts_only:
-        return memory
-    memory = memory / (host.read_efficiency * e.host_read_efficiency)
-    n = tokens.astype(np.float64)[:, None]
-    per_expert = n * m.top_k / np.maximum(union, 1)
-    rate = host.flops(n, per_expert) * np.where(n > 1, e.host_gemm_efficiency, 1.0)
-    compute = 2.0 * n * m.top_k * m.expert_params / rate
-    t = np.maximum(memory, compute) if host.overlap == "max" else memory + compute
-    if not cost.placement.on_host:
-        t = t + 2.0 * n * m.hidden_size * ACT_BYTES / cost.device.pcie_bw
-    return t + e.host_layer_s
