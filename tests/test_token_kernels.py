@@ -68,6 +68,9 @@ def test_fit_and_top_k_equal_the_dense_definitions(shape: tuple[int, ...], width
     every = np.arange(-1, len(table.tokens))
     for pick in {1, k, min(E, 2 * k + 1), E}:
         assert np.array_equal(table.top_k_ids(every, pick), top_ids(table.scores_of(every), pick).astype(np.int16)), pick
+        lean, picked = TokenTable.fit_top_k(token, experts, E, width, alpha, pick, block=3)  # a block at a time
+        assert np.array_equal(picked, table.top_k_ids(every, pick)) and len(lean.ids) == 0
+        assert np.array_equal(lean.tokens, table.tokens) and np.array_equal(lean.prior, table.prior)
 
 
 def test_top_k_breaks_exact_ties_to_the_lower_id() -> None:

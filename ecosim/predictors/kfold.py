@@ -69,12 +69,16 @@ class KFoldPredictor(ExpertPredictor):
             self._trace, self._fold_of = fp, fold_of
         return self._fold_of, self._models
 
-    def _fit_fold(self, trace: Trace, fold_of: dict[int, int], f: int) -> Any:
-        """The model that predicts fold f: fitted on the other folds' requests (all, in-sample, when one)."""
+    def _fit_fold(self, trace: Trace, fold_of: dict[int, int], f: int, selection_only: bool = False) -> Any:
+        """The model that predicts fold f: fitted on the other folds' requests (all, in-sample, when one);
+        `selection_only`: used once to select, then dropped (`ScoringPredictor.for_selection_only`)."""
         others = [r for r, g in fold_of.items() if g != f] or list(fold_of)
         rows = TrainingRows.gather([(trace, request_mask(trace, others))], prev=self.kind in PREV_KINDS)
-        model = fit(self.kind, Shape.of(trace), rows, self.selection, seed=self.seed, **self.options)
+        model = fit(self.kind, Shape.of(trace), rows, self.selection, selection_only=selection_only, seed=self.seed,
+                    **self.options)
         model.prepare(trace)  # e.g. the token table's per-token sets: one-time work, not per candidate
+        if selection_only:
+            model.for_selection_only()
         return model
 
     def describe(self) -> str:
@@ -105,11 +109,7 @@ class KFoldPredictor(ExpertPredictor):
             rows = request_mask(trace, [r for r, g in fold_of.items() if g == f]) & mask
             if not rows.any():
                 continue
-            if whole:
-                model = self._fit_fold(trace, fold_of, f)
-                model.for_selection_only()
-            else:
-                model = self._models[f]
+            model = self._fit_fold(trace, fold_of, f, selection_only=True) if whole else self._models[f]
             model.predict(trace, only=rows, out=out)
             del model
         return out

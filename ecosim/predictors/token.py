@@ -24,7 +24,7 @@ import numpy as np
 from ecosim.predictors.base import Candidates, ScoringPredictor, Selection, Shape, top_ids
 from ecosim.predictors.freq import prior_of_counts
 from ecosim.pairwise import pairwise_plan
-from ecosim.predictors.token_kernels import count_top, pick_top_k
+from ecosim.predictors.token_kernels import count_top, pick_top_k, slot_counts
 
 
 @dataclass
@@ -50,6 +50,31 @@ class TokenTable:
         ids, counts, slots = count_top(order, bounds, np.ascontiguousarray(experts, dtype=np.int16), E, width)
         prior = prior_of_counts(slots).astype(np.float32)  # expert_prior(experts, E), from the same pass
         return cls(uniq, n.astype(np.float32), ids, counts, prior, float(alpha), k)
+
+    @classmethod
+    def fit_top_k(cls, token: np.ndarray, experts: np.ndarray, num_experts: int, width: int, alpha: float, k: int,
+                  block: int = 256) -> tuple[TokenTable, np.ndarray]:
+        """`fit`, then `top_k_ids` of every token (and first of an unseen one), `block` tokens at a
+        time: one block's counts exist at once, never the whole table's. The table returned keeps
+        no counts (empty `ids`, `counts`): it looks tokens up, for a model that only selects."""
+        _, L, top_k = experts.shape
+        width = min(width, num_experts)
+        uniq, inv, n = np.unique(token.astype(np.int64), return_inverse=True, return_counts=True)
+        order = np.argsort(inv, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
+        ex = np.ascontiguousarray(experts, dtype=np.int16)
+        prior = prior_of_counts(slot_counts(ex, num_experts)).astype(np.float32)  # count_top's totals, first
+        n = n.astype(np.float32)
+        picked = np.empty((len(uniq) + 1, L, min(k, num_experts)), dtype=np.int16)
+        for a in range(0, len(uniq), block):
+            b = min(a + block, len(uniq))
+            ids, counts, _ = count_top(order, bounds[a : b + 1], ex, num_experts, width)
+            part = cls(uniq[a:b], n[a:b], ids, counts, prior, float(alpha), top_k)
+            picked[a + 1 : b + 1] = part.top_k_ids(np.arange(b - a), k)
+            if a == 0:
+                picked[0] = part.top_k_ids(np.array([-1]), k)[0]
+        empty = np.zeros((0, L, width), dtype=np.int16)
+        return cls(uniq, n, empty, empty.astype(np.float32), prior, float(alpha), top_k), picked
 
     def lookup(self, token: np.ndarray) -> np.ndarray:
         """Index of each token in the table, -1 if unseen."""
@@ -103,9 +128,20 @@ class TokenPredictor(ScoringPredictor):
 
     @classmethod
     def fit(cls, shape: Shape, experts: np.ndarray, token: np.ndarray, selection: Selection = Selection(),
-            alpha: float = 1.0, width: int | None = None, **_: Any) -> TokenPredictor:
-        table = TokenTable.fit(token, experts, shape.num_experts, width or 2 * shape.top_k, alpha)
-        return cls(shape, table, selection)
+            alpha: float = 1.0, width: int | None = None, selection_only: bool = False, **_: Any) -> TokenPredictor:
+        """`selection_only`: a model that will only select (`for_selection_only`), fitted and
+        prepared a block of tokens at a time (TokenTable.fit_top_k) where its selection is a top-k."""
+        width = width or 2 * shape.top_k
+        if selection_only and selection.mass is None and alpha > 0 and len(token):
+            k = selection.width(shape.num_experts, shape.top_k)
+            table, picked = TokenTable.fit_top_k(token, experts, shape.num_experts, width, alpha, k)
+            model = cls(shape, table, selection)
+            model._picked = (selection, picked)
+            return model
+        model = cls(shape, TokenTable.fit(token, experts, shape.num_experts, width, alpha), selection)
+        if selection_only:
+            model.for_selection_only()
+        return model
 
     def scores(self, cands: Candidates) -> np.ndarray:
         return self.table.scores_of(self.table.lookup(cands.token))

@@ -154,3 +154,17 @@ def pick_top_k(idx, n, ids, counts, prior, prior_order, plan, alpha, top_k, k): 
                 for w in range(W):
                     listed[ids[j, layer, w]] = False
     return out
+
+
+@njit(cache=True)
+def slot_counts(experts, num_experts):  # pragma: no cover - compiled
+    """(layers, experts) top-k slots each expert takes over all rows (pads skipped): the prior's counts."""
+    _, L, k = experts.shape
+    out = np.zeros((L, num_experts), dtype=np.int64)
+    for r in range(experts.shape[0]):
+        for layer in range(L):
+            for s in range(k):
+                e = experts[r, layer, s]
+                if e >= 0:
+                    out[layer, e] += 1
+    return out

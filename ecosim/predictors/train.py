@@ -103,8 +103,10 @@ def common_shape(traces: list[Trace]) -> Shape:
     return next(iter(shapes.values()))
 
 
-def fit(kind: str, shape: Shape, data: TrainingRows, selection: Selection = Selection(), **options: Any) -> ScoringPredictor:
-    """A predictor of `kind` fitted on `data` (options: see each kind's `fit`)."""
+def fit(kind: str, shape: Shape, data: TrainingRows, selection: Selection = Selection(), selection_only: bool = False,
+        **options: Any) -> ScoringPredictor:
+    """A predictor of `kind` fitted on `data` (options: see each kind's `fit`). `selection_only`:
+    the model will only select, once (a k-fold fold's): a kind may leave out what scoring needs."""
     if len(data) == 0:
         raise EcoSimError("no training rows")
     if kind == "freq":
@@ -112,7 +114,8 @@ def fit(kind: str, shape: Shape, data: TrainingRows, selection: Selection = Sele
         return FreqPredictor.fit(shape, data.experts, selection)
     if kind == "token":
         from ecosim.predictors.token import TokenPredictor
-        return TokenPredictor.fit(shape, data.experts, data.token, selection, **_pick(options, "alpha", "width"))
+        return TokenPredictor.fit(shape, data.experts, data.token, selection, selection_only=selection_only,
+                                  **_pick(options, "alpha", "width"))
     if kind == "context":
         from ecosim.predictors.context_fit import fit_context
         return fit_context(shape, data, selection, **options)
