@@ -29,10 +29,14 @@ from ecosim.trace.read import node_file
 # Measured with bench/memory.py (peak RSS above the ~100 MB of the interpreter and libraries).
 WORKING_SET = 8
 # `ecosim replay` without --max-memory says when a trace's working set would take more than this
-# share of the memory available as it starts, and what --max-memory to give. It does not switch by
-# itself: a piece holds fewer requests, so what a policy fits on the whole trace (the acceptance
-# calibration, a predictor trained on the other requests, evict's profile) would differ.
+# share of the memory available as it starts, and what --max-memory to give (this share of it).
 AUTO_SHARE = 0.5
+# ... and replays it in pieces by itself (one stderr line says so) when the working set would take
+# more than STREAM_SHARE of it (`--stream-share`; 0 never switches): where the whole replay would
+# most likely not fit at all. Not sooner: a piece holds fewer requests, so what a policy fits on
+# the whole trace (the acceptance calibration, a predictor trained on the other requests, evict's
+# profile) is fitted per piece instead.
+STREAM_SHARE = 0.9
 
 
 def max_rows(path: Path, max_memory: float) -> int:
@@ -56,22 +60,34 @@ def auto_budget(path: Path, available: float | None = None) -> float | None:
     """The memory budget to replay `path` in pieces within, when its whole replay's working set
     (node rows x bytes per row x WORKING_SET) would exceed AUTO_SHARE of the available memory and
     its largest request fits that share; None: replay it whole."""
+    plan = stream_plan(path, available)
+    return plan[0] if plan else None
+
+
+def stream_plan(path: Path, available: float | None = None) -> tuple[float, float] | None:
+    """(budget, working set / available memory) where `auto_budget` gives a budget, else None.
+    Reads the manifest and the Parquet footers and positions only; a file that cannot be read so
+    gives None (the whole read then refuses it with the gate's one line)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     available = available_memory() if available is None else available
     if not available:
         return None
     budget = AUTO_SHARE * available
-    manifest = read_manifest(path)
-    gates = pq.read_schema(path / "nodes.parquet").get_field_index("gates") >= 0
-    per_row = WORKING_SET * row_bytes(manifest, gates)
-    rows = pq.read_metadata(path / "nodes.parquet").num_rows
-    if rows * per_row <= budget:
+    try:
+        manifest = read_manifest(path)
+        nodes = node_file(path)
+        per_row = WORKING_SET * row_bytes(manifest, nodes.schema_arrow.get_field_index("gates") >= 0)
+        whole = nodes.metadata.num_rows * per_row
+        if whole <= budget:
+            return None
+        positions = pq.read_table(path / "positions.parquet", columns=["request_id", "n_nodes"])
+        per_request = np.bincount(np.unique(positions["request_id"].to_numpy(), return_inverse=True)[1],
+                                  positions["n_nodes"].to_numpy().astype(np.int64))
+    except (EcoSimError, OSError, pa.ArrowException, ValueError, KeyError, TypeError):
         return None
-    positions = pq.read_table(path / "positions.parquet", columns=["request_id", "n_nodes"])
-    per_request = np.bincount(np.unique(positions["request_id"].to_numpy(), return_inverse=True)[1],
-                              positions["n_nodes"].to_numpy().astype(np.int64))
-    return budget if per_request.max(initial=0) * per_row <= budget else None
+    return (budget, whole / available) if per_request.max(initial=0) * per_row <= budget else None
 
 
 def concat(parts: list[Steps]) -> Steps:

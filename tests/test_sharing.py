@@ -82,7 +82,7 @@ def test_forget_keeps_the_trace_work_and_drops_the_rest(write):
     spec = PolicySpec("ecospec", 6, 0.2, "oracle")
     first = r.run(spec, cost)
     kept = dict(r.memo.kinds["trace"])
-    assert ("predicted", "oracle") in kept and ("ecospec offsets", "oracle") in kept
+    assert ("predicted", "oracle") in kept  # (ecospec's buffer offsets are not: recomputed per chunk, for memory)
     r.forget()
     assert not r.memo.size("rows", "orders", "steps", "misses", "digests", "masks")
     assert r.memo.kinds["trace"] == kept

@@ -8,12 +8,16 @@ committed traces.
 
 from __future__ import annotations
 
+import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from conftest import ROOT, tiny_trace
+from conftest import ROOT, TINY, tiny_trace
 from ecosim.catalog.devices import get_device
 from ecosim.cost import CostConfig, CostModel
 from ecosim.placements import parse_placement
@@ -22,6 +26,7 @@ from ecosim.policies.confidence import confidence_rank, select_confidence
 from ecosim.policies.evict import profiled_cost, union_counts
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
+from ecosim.synth import SynthConfig, synthesize
 from ecosim.trace.io import find_traces, read_trace
 from ecosim.tree import Trees
 
@@ -57,6 +62,40 @@ def test_evict_profile_grown_budget_by_budget_is_the_direct_one_bit_for_bit(writ
         want = profiled_cost_reference(t, rank, cost, kmax)
         assert np.array_equal(profiled_cost(t, rank, cost, kmax), want)
         assert np.array_equal(profiled_cost(t, rank, cost, 3), want[:4])  # a smaller budget: its prefix
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**16), st.integers(1, 3), st.integers(2, 30), st.integers(1, 7), st.integers(1, 5),
+       st.integers(1, 40), st.sampled_from(PLACEMENTS), st.integers(0, 45), st.sampled_from([3, 9, 58]))
+def test_evict_profile_is_the_direct_one_on_random_trees(seed, requests, positions, depth, topk, max_nodes, placement, budget,
+                                                         layers):
+    """Random tree shapes (a single node to wide and deep), any placement, any largest budget
+    (beyond the largest tree too), few MoE layers or many (where numpy sums a step's layers
+    pairwise, not one by one): the walk in rank order gives the per-budget pass's floats."""
+    from ecosim.trace.io import write_trace
+
+    shape = replace(TINY, num_layers=layers, moe_layers=tuple(range(layers)))
+    parts = synthesize(shape, SynthConfig(requests=requests, positions=positions, depth=depth, topk=topk,
+                                          max_nodes=max_nodes, seed=seed))
+    with tempfile.TemporaryDirectory() as d:
+        trace = read_trace(write_trace(Path(d) / "t", *parts))
+        t = Trees(trace)
+        rank = confidence_rank(t)
+        [(_, cost)] = _costs(trace, (placement,))
+        assert np.array_equal(profiled_cost(t, rank, cost, budget), profiled_cost_reference(t, rank, cost, budget))
+
+
+@pytest.mark.parametrize("placement", ["cpu-moe:1", "cpu-moe", "cpu"])
+def test_evict_profile_with_experts_on_the_host(write, placement):
+    """Host layers are priced unlike device layers: the profile prices each layer as it is placed."""
+    from ecosim.catalog.hosts import load_host
+
+    trace = read_trace(write(tiny_trace(4, max_nodes=20)))
+    t = Trees(trace)
+    rank = confidence_rank(t)
+    cost = cost_model(trace, get_device("h200"), parse_placement(placement), CostConfig(host=load_host("epyc-9654-1s")),
+                      check=False)
+    assert np.array_equal(profiled_cost(t, rank, cost, 19), profiled_cost_reference(t, rank, cost, 19))
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: Path(p).name)
@@ -183,3 +222,31 @@ def test_replay_says_when_a_trace_may_not_fit_and_what_max_memory_to_give(write,
     budget = f"--max-memory {max(0.75 * whole / 1e6, 1):.0f}MB"
     assert "may not fit" in out.err and budget in out.err
     assert json.loads(out.out)["totals"] == at_once["totals"]  # read whole all the same
+
+
+def test_replay_streams_by_itself_a_trace_that_would_not_fit_and_says_so(write, capsys, monkeypatch):
+    import json
+
+    import ecosim.stream
+    from ecosim.cli import main
+    from ecosim.stream import WORKING_SET
+    from ecosim.trace.io import row_bytes
+
+    path = write(tiny_trace(8, requests=4))
+    t = read_trace(path)
+    whole = WORKING_SET * row_bytes(t.manifest, gates=False) * len(t.nodes["node"])
+    args = ["replay", str(path), "--placement", "offload:3", "--predictor", "oracle", "--json"]
+    exact = {"ar", "confidence", "ecospec", "oracle"}  # fit nothing on the whole trace: the same in pieces
+    assert main(args) == 0
+    at_once = {r["policy"]: r for r in json.loads(capsys.readouterr().out)["totals"]}
+    monkeypatch.setattr(ecosim.stream, "available_memory", lambda: whole / 1.2)  # 120% of it: over the 0.9 share
+    assert main(args) == 0
+    out = capsys.readouterr()
+    line = [s for s in out.err.splitlines() if "replayed in pieces" in s]
+    assert len(line) == 1 and "120%" in line[0] and f"--max-memory {max(0.5 * whole / 1.2 / 1e6, 1):.0f}MB" in line[0]
+    pieces = {r["policy"]: r for r in json.loads(out.out)["totals"]}
+    assert pieces.keys() == at_once.keys() and all(pieces[p] == at_once[p] for p in exact)
+    assert main([*args, "--stream-share", "0"]) == 0  # never: read whole, and said what to give
+    out = capsys.readouterr()
+    assert "replayed in pieces" not in out.err and "may not fit" in out.err
+    assert json.loads(out.out)["totals"] == list(at_once.values())

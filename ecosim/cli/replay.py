@@ -28,12 +28,17 @@ from ecosim.plots import check_plot, plot_replay
 from ecosim.policies import PolicySpec, registry
 from ecosim.replay import TraceReplay
 from ecosim.simulate import Engine, PolicyResult, at_steps, compare, cost_model, step_draft_time
-from ecosim.stream import StreamedReplay, auto_budget
+from ecosim.stream import STREAM_SHARE, StreamedReplay, stream_plan
 from ecosim.units import parse_quantity
 from ecosim.verdict import verdict
 from ecosim.trace.io import find_traces, read_trace
 from ecosim.trace.schema import MANIFEST, provenance_notes
 
+
+
+def _size(budget: float) -> str:
+    """A --max-memory value for `budget` bytes."""
+    return f"{budget / 1e9:.1f}GB" if budget >= 1e9 else f"{max(budget / 1e6, 1):.0f}MB"
 
 
 def _row_json(row: Row, spec: PolicySpec) -> dict[str, object]:
@@ -90,6 +95,7 @@ def replay(
     timeline: Annotated[Path | None, typer.Option(help="des only: write a Chrome/Perfetto trace of the first trace's timeline to FILE.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a timeline already at --timeline (any other file is never replaced).")] = False,
     max_memory: Annotated[str | None, typer.Option(help="Replay in pieces of whole requests within this much memory, e.g. 2GB (fast engine).")] = None,
+    stream_share: Annotated[float, typer.Option(min=0.0, help="Without --max-memory, replay a trace in pieces by itself (saying so) when its replay would take more than this share of the memory available (0: never; the pieces fit calibration, predictors and evict's profile per piece).")] = STREAM_SHARE,
     draft_steps: DraftSteps = None,
     per_trace: Annotated[bool, typer.Option("--per-trace", help="With several traces, a row per (trace, policy) and the totals, instead of one row per policy over all the traces.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
@@ -139,12 +145,20 @@ def replay(
     else:
         replays = []
         for p in paths:
-            trace = read_trace(p)  # checked first: a broken trace is refused by the gate, not by the size probe
-            budget = auto_budget(Path(p))
-            if budget is not None:  # said, not switched: a piece fits per-trace tables on fewer requests
-                size = f"{budget / 1e9:.1f}GB" if budget >= 1e9 else f"{max(budget / 1e6, 1):.0f}MB"
-                typer.echo(f"note: {Path(p).name} may not fit the {2 * budget / 1e9:.2f} GB of memory available; "
-                           f"--max-memory {size} replays it in pieces of whole requests (exact for policies "
+            plan = stream_plan(Path(p))  # footers and positions only: a broken file is left to the whole read's gate
+            if plan is not None and stream_share > 0 and plan[1] > stream_share:  # would most likely not fit at all
+                streamed = StreamedReplay(Path(p), plan[0], draft_steps)
+                streamed.trace  # a depth beyond the recorded one fails here, before any work
+                typer.echo(f"note: {Path(p).name}'s replay would take {plan[1]:.0%} of the memory available (over "
+                           f"--stream-share {stream_share:g}): replayed in pieces of whole requests within "
+                           f"--max-memory {_size(plan[0])}; calibration, predictors trained on the fly and evict's "
+                           "profile are fitted per piece", err=True)
+                replays.append(streamed)
+                continue
+            trace = read_trace(p)
+            if plan is not None:  # said, not switched: a piece fits per-trace tables on fewer requests
+                typer.echo(f"note: {Path(p).name} may not fit the {2 * plan[0] / 1e9:.2f} GB of memory available; "
+                           f"--max-memory {_size(plan[0])} replays it in pieces of whole requests (exact for policies "
                            "that fit nothing on the whole trace: ar, confidence, ecospec with a predictor file or "
                            "oracle, the bound)", err=True)
             replays.append(TraceReplay(at_steps(trace, draft_steps)))

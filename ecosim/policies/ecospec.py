@@ -45,7 +45,7 @@ def select_ecospec(
 
 def ecospec_order(
     trees: Trees, budget: int, lam: float, predicted: np.ndarray, num_experts: int, top_k: int,
-    score: Score = "difference", offsets: np.ndarray | None = None,
+    score: Score = "difference", offsets: np.ndarray | None = None, distinct: bool = False,
 ) -> np.ndarray:
     """The step (0, 1, ...) at which ecospec's greedy growth picks each row within `budget` steps;
     `budget` for the rows it does not pick, and -1 for roots.
@@ -62,12 +62,13 @@ def ecospec_order(
     is at most what it would be with `max(new - g, 0)` new experts (at most its value). A step
     re-scores the node of highest upper bound, then only the frontier nodes whose upper bound
     reaches the best score known, since no other can win or tie.
+
+    `offsets` (`ecospec_offsets(predicted, ...)`) may be given; otherwise each chunk of trees
+    computes its rows' own (`distinct` as there), so no (rows, layers x m) table outlives a chunk.
     """
     order = np.where(trees.depth == 0, -1, budget).astype(np.int32)
     if budget == 0:
         return order
-    if offsets is None:
-        offsets = ecospec_offsets(predicted, num_experts)
     layers = predicted.shape[1]
     norm = float(layers * top_k)
 
@@ -80,21 +81,27 @@ def ecospec_order(
     parent_local = trees.trace.nodes["parent"].astype(np.int64)
     span = layers * (num_experts + 1)  # one tree's buffer; byte 0 is always set (pads point there)
     chunk = max(8, (1 << 20) // span)  # ~1 MB of buffers at a time (stays in L2 with its indices)
-    width = offsets.shape[1]
+    width = layers * predicted.shape[2]
     for a in range(0, trees.n_trees, chunk):
         t = np.arange(a, min(a + chunk, trees.n_trees))
         n = trees.n_nodes[t]
         valid = np.arange(n_max)[None, :] < n[:, None]
         rows = np.where(valid, trees.start[t][:, None] + np.arange(n_max)[None, :], 0)
+        lo, hi = int(trees.start[t[0]]), int(trees.start[t[-1]] + n[-1])  # the chunk's rows, contiguous
+        if offsets is None:
+            off = ecospec_offsets(predicted[lo:hi], num_experts, distinct=distinct)
+            orow = np.where(valid, rows - lo, 0)
+        else:
+            off, orow = offsets, rows
         value = np.where(valid, value_all[rows], -np.inf)
         cum = np.where(valid, trees.cum_logprob[rows], -np.inf)
         parent = np.where(valid, parent_local[rows], -2)
         base = np.arange(len(t), dtype=np.int64) * span
         buffer = np.zeros(len(t) * span, dtype=bool)
         buffer[base] = True
-        root = buffer[base[:, None] + offsets[rows[:, 0]]]
+        root = buffer[base[:, None] + off[orow[:, 0]]]
         size = width - np.count_nonzero(root, axis=1)  # experts in each tree's buffer
-        buffer[base[:, None] + offsets[rows[:, 0]]] = True
+        buffer[base[:, None] + off[orow[:, 0]]] = True
         lower = np.full(valid.shape, -np.inf)  # score when last computed: a lower bound on it now
         upper = value.copy()  # an upper bound on the score now
         seen_new = np.zeros(valid.shape, dtype=np.int64)  # new experts when last scored
@@ -104,7 +111,7 @@ def ecospec_order(
         active = np.ones(len(t), dtype=bool)
 
         def rescore(ti: np.ndarray, xi: np.ndarray) -> None:  # exact scores of these nodes now
-            hit = buffer[base[ti, None] + offsets[rows[ti, xi]]]
+            hit = buffer[base[ti, None] + off[orow[ti, xi]]]
             count = hit.shape[1] - np.count_nonzero(hit, axis=1)
             lower[ti, xi] = scored(value[ti, xi], count)
             seen_new[ti, xi] = count
@@ -115,6 +122,7 @@ def ecospec_order(
             if np.count_nonzero(active) * 2 < len(active):  # most trees have stopped: keep the others
                 keep = np.flatnonzero(active)
                 valid, rows, value, cum, parent, base = valid[keep], rows[keep], value[keep], cum[keep], parent[keep], base[keep]
+                orow = orow[keep]
                 size, lower, upper, seen_new, seen_size = size[keep], lower[keep], upper[keep], seen_new[keep], seen_size[keep]
                 was_scored, frontier, active = was_scored[keep], frontier[keep], active[keep]
             ix = np.arange(len(active))
@@ -145,7 +153,7 @@ def ecospec_order(
             order[rows[g, x]] = step
             frontier[g, x] = False
             size[g] += seen_new[g, x]  # the winner was scored this step: its count is exact
-            buffer[base[g, None] + offsets[rows[g, x]]] = True
+            buffer[base[g, None] + off[orow[g, x]]] = True
             frontier[g] |= (parent[g] == x[:, None]) & valid[g]
     return order
 
@@ -186,15 +194,11 @@ def ecospec_offsets(predicted: np.ndarray, num_experts: int, chunk: int = 1 << 1
 
 def order(ctx: Context, knobs: Knobs) -> tuple[np.ndarray, float]:
     """The pick order at the spec's budget (exact for every smaller budget; see `ecospec_order`).
-    The buffer offsets of a predictor's experts hold no budget or lambda: kept per trace."""
+    The buffer offsets are computed a chunk of trees at a time, not kept: a table the size of the
+    predictions, per trace, cost more memory than recomputing them costs time."""
     p, budget, shape = knobs["predictor"], knobs["budget"], ctx.shape
-    predicted = ctx.predicted(p)
-    offsets = None
-    if budget:
-        offsets = ctx.memo(("ecospec offsets", p),
-                           lambda: ecospec_offsets(predicted, shape.num_experts, distinct=ctx.true_routing(p)))
-    return ecospec_order(ctx.trees, budget, knobs["lam"], predicted, shape.num_experts, shape.top_k, knobs["score"],
-                         offsets=offsets), budget
+    return ecospec_order(ctx.trees, budget, knobs["lam"], ctx.predicted(p), shape.num_experts, shape.top_k, knobs["score"],
+                         distinct=ctx.true_routing(p)), budget
 
 
 POLICY = Policy(

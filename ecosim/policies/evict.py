@@ -18,6 +18,7 @@ from numba import njit
 
 from ecosim import bitsets
 from ecosim.cost import CostModel
+from ecosim.pairwise import pairwise, pairwise_plan
 from ecosim.policies.base import Context, Knobs, Policy
 from ecosim.policies.confidence import confidence_rank
 from ecosim.policies.ecospec_auto import pricing_key, values
@@ -57,6 +58,21 @@ def profiled_cost(trees: Trees, rank: np.ndarray, cost: CostModel, max_budget: i
     tokens = np.arange(first[-1]) - np.repeat(first[:-1], size + 1) + 1  # tokens verified: k + 1
     ctx = np.repeat(trees.trace.positions["context_len"].astype(np.int64), size + 1)
     table = _layer_table(cost, int(size.max(initial=0)) + 1)
+    if table is not None:  # one group: each entry's time summed in the walk itself, no (entries, layers) table
+        times = _grown_layer_sums(experts, trees.start, ranked, first, table, pairwise_plan(m.num_moe_layers))
+        times += cost.other_times(tokens, ctx, speculative=False)
+    else:
+        times = _grown_times(trees, cost, experts, ranked, first, size, group, tokens, ctx)
+    out = np.zeros(max_budget + 1)
+    for k in range(max_budget + 1):
+        out[k] = float(times[first[:-1] + np.minimum(k, size)].mean())
+    return out
+
+
+def _grown_times(trees: Trees, cost: CostModel, experts: np.ndarray, ranked: np.ndarray, first: np.ndarray,
+                 size: np.ndarray, group: np.ndarray, tokens: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+    """Each entry's priced time from its (layers, groups) union counts, a piece of the trees at a time."""
+    m, p = cost.model, cost.placement
     times = np.empty(int(first[-1]))
     bulk = np.cumsum((size + 1) * m.num_moe_layers * p.groups)  # counts up to each tree, for the pieces
     t0 = 0
@@ -67,22 +83,18 @@ def profiled_cost(trees: Trees, rank: np.ndarray, cost: CostModel, max_budget: i
         _grown_unions(experts, trees.start[t0:t1], ranked[first[t0] - t0 : first[t1] - t1], first[t0 : t1 + 1] - e0,
                       group.astype(np.int64), union)
         n = tokens[e0:e1]
-        layers = table[union[..., 0], n[:, None]] if table is not None else cost.layer_times(union, n)
-        times[e0:e1] = layers.sum(axis=1) + cost.other_times(n, ctx[e0:e1], speculative=False)
+        times[e0:e1] = cost.layer_times(union, n).sum(axis=1) + cost.other_times(n, ctx[e0:e1], speculative=False)
         t0 = t1
-    out = np.zeros(max_budget + 1)
-    for k in range(max_budget + 1):
-        out[k] = float(times[first[:-1] + np.minimum(k, size)].mean())
-    return out
+    return times
 
 
 def _layer_table(cost: CostModel, max_tokens: int) -> np.ndarray | None:
     """F(u, n): one MoE layer's seconds reading u experts for n tokens, (experts + 1, max_tokens + 1),
     priced by `layer_times` itself (elementwise, so each entry is the float it prices for a step);
-    None under several groups (a layer waits for the slowest: not a function of one count) or
-    when the table would be large."""
+    None under several groups (a layer waits for the slowest: not a function of one count), with
+    some layers on the host (priced unlike the others), or when the table would be large."""
     e = cost.model.num_experts
-    if cost.placement.groups > 1 or (e + 1) * (max_tokens + 1) > CHUNK:
+    if cost.placement.groups > 1 or cost.host_mask is not None or (e + 1) * (max_tokens + 1) > CHUNK:
         return None
     u = np.repeat(np.arange(e + 1), max_tokens + 1)
     n = np.tile(np.arange(max_tokens + 1), e + 1)
@@ -114,6 +126,39 @@ def _grown_unions(experts, start, ranked, first, group, union):
                         count[l, group[x]] += 1
                 for g in range(union.shape[2]):
                     union[e, l, g] = count[l, g]
+
+
+@njit(cache=True)
+def _grown_layer_sums(experts, start, ranked, first, table, plan):
+    """out[first[t] + k] = the MoE layers' seconds of tree t's root and its first k nodes in
+    `ranked` order: per layer `table[distinct experts, k + 1]`, summed over the layers as numpy's
+    `sum(axis=1)` sums them (ecosim/pairwise.py), so the float the (entries, layers) table gave."""
+    L, k_slots = experts.shape[1], experts.shape[2]
+    E = table.shape[0] - 1
+    seen = np.zeros((L, E), dtype=np.bool_)
+    count = np.zeros(L, dtype=np.int64)
+    vals = np.empty(L, dtype=np.float64)
+    stack = np.empty(plan.shape[0] + 1, dtype=np.float64)
+    out = np.empty(first[-1], dtype=np.float64)
+    j = 0
+    for t in range(len(start)):
+        seen[:] = False
+        count[:] = 0
+        r = start[t]
+        for e in range(first[t], first[t + 1]):
+            if e > first[t]:
+                r = ranked[j]
+                j += 1
+            n = e - first[t] + 1
+            for l in range(L):
+                for i in range(k_slots):
+                    x = experts[r, l, i]
+                    if 0 <= x < E and not seen[l, x]:
+                        seen[l, x] = True
+                        count[l] += 1
+                vals[l] = table[count[l], n]
+            out[e] = pairwise(vals, 0, plan, stack)
+    return out
 
 
 def evict_prefix(v: np.ndarray, size: np.ndarray, profile: np.ndarray, draft: float) -> np.ndarray:

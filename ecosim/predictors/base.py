@@ -246,11 +246,17 @@ class ScoringPredictor(ExpertPredictor):
         """Scores in the same order as `scores` (need not be normalised: top-k only ranks them)."""
         return self.scores(cands)
 
+    def for_selection_only(self) -> None:
+        """Drop what only scoring, fitting or saving needs, keeping what `select` reads: for a model
+        that predicts one trace and is then discarded (a k-fold fold's). Nothing by default."""
+
     def select(self, cands: Candidates) -> np.ndarray:
         s = self.scores(cands) if self.selection.mass is not None else self.rank_scores(cands)
         return self.selection.apply(s, self.shape.top_k)
 
-    def predict(self, trace: Trace, only: np.ndarray | None = None) -> np.ndarray:
+    def predict(self, trace: Trace, only: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """As `ExpertPredictor.predict`; `out` (rows, layers, m) int16 receives the rows asked for in
+        place of a new array (k-fold prediction fills one array fold by fold)."""
         self.shape.check(trace, self.describe())
         view = draft_view(trace)
         if self.warn_in_sample and self.training:
@@ -261,7 +267,8 @@ class ScoringPredictor(ExpertPredictor):
                       f"{trace.name}; its predictions there are in-sample (optimistic)", file=sys.stderr)
         true = trace.experts_3d()
         m = self.selection.width(self.shape.num_experts, self.shape.top_k)
-        out = np.full((view.n_rows, self.shape.num_moe_layers, m), -1, dtype=np.int16)
+        if out is None:
+            out = np.full((view.n_rows, self.shape.num_moe_layers, m), -1, dtype=np.int16)
         mask = view.whole_trees(only)
         chunk = chunk_rows(self.shape.num_moe_layers, self.shape.num_experts)
         for rows in view.levels:

@@ -20,8 +20,14 @@ def expert_prior(experts: np.ndarray, num_experts: int) -> np.ndarray:
     for layer in range(L):
         e = experts[:, layer, :].ravel()
         counts[layer] = np.bincount(e[e >= 0], minlength=num_experts)[:num_experts]
+    return prior_of_counts(counts)
+
+
+def prior_of_counts(counts: np.ndarray) -> np.ndarray:
+    """(layers, E) slot counts -> each layer's shares (uniform for a layer with none)."""
+    counts = counts.astype(np.float64)
     total = counts.sum(axis=1, keepdims=True)
-    return np.where(total > 0, counts / np.maximum(total, 1), 1.0 / num_experts)
+    return np.where(total > 0, counts / np.maximum(total, 1), 1.0 / counts.shape[1])
 
 
 class FreqPredictor(ScoringPredictor):

@@ -18,7 +18,7 @@ import numpy as np
 
 from ecosim.errors import EcoSimError
 from ecosim.predictors.base import ExpertPredictor, Selection, Shape
-from ecosim.predictors.train import KINDS, TrainingRows, fit
+from ecosim.predictors.train import KINDS, PREV_KINDS, TrainingRows, fit
 from ecosim.predictors.view import draft_view, fingerprint, request_ids, request_mask
 from ecosim.trace.io import Trace
 
@@ -63,16 +63,23 @@ class KFoldPredictor(ExpertPredictor):
         fp = fingerprint(trace)
         if fp != self._trace:
             fold_of = self.fold_of(trace)
-            shape = Shape.of(trace)
             self._models = {}
             for f in sorted(set(fold_of.values())):
-                others = [r for r, g in fold_of.items() if g != f] or list(fold_of)  # none: in-sample (one request)
-                train_rows = request_mask(trace, others)
-                self._models[f] = fit(self.kind, shape, TrainingRows.gather([(trace, train_rows)]), self.selection,
-                                      seed=self.seed, **self.options)
-                self._models[f].prepare(trace)  # e.g. the token table's per-token sets: one-time work, not per candidate
+                self._models[f] = self._fit_fold(trace, fold_of, f)
             self._trace, self._fold_of = fp, fold_of
         return self._fold_of, self._models
+
+    def _fit_fold(self, trace: Trace, fold_of: dict[int, int], f: int, selection_only: bool = False) -> Any:
+        """The model that predicts fold f: fitted on the other folds' requests (all, in-sample, when one);
+        `selection_only`: used once to select, then dropped (`ScoringPredictor.for_selection_only`)."""
+        others = [r for r, g in fold_of.items() if g != f] or list(fold_of)
+        rows = TrainingRows.gather([(trace, request_mask(trace, others))], prev=self.kind in PREV_KINDS)
+        model = fit(self.kind, Shape.of(trace), rows, self.selection, selection_only=selection_only, seed=self.seed,
+                    **self.options)
+        model.prepare(trace)  # e.g. the token table's per-token sets: one-time work, not per candidate
+        if selection_only:
+            model.for_selection_only()
+        return model
 
     def describe(self) -> str:
         how = f"{self.folds}-fold by request" + (", in-sample on a one-request trace" if self.in_sample else "")
@@ -92,17 +99,17 @@ class KFoldPredictor(ExpertPredictor):
         shape = Shape.of(trace)
         view = draft_view(trace)
         mask = view.whole_trees(only)
-        fold_of, models = self._fitted(trace)
-        out: np.ndarray | None = None
-        for f, model in models.items():
+        m = self.selection.width(shape.num_experts, shape.top_k)
+        out = np.full((view.n_rows, shape.num_moe_layers, m), -1, dtype=np.int16)
+        # the whole trace, with no models kept: each fold fitted, cut to what selecting reads,
+        # predicted and dropped in turn (one model in memory at a time, none left afterwards)
+        whole = only is None and fingerprint(trace) != self._trace
+        fold_of = self.fold_of(trace) if whole else self._fitted(trace)[0]
+        for f in sorted(set(fold_of.values())):  # each fold's rows (whole trees: a request's) written in place
             rows = request_mask(trace, [r for r, g in fold_of.items() if g == f]) & mask
             if not rows.any():
                 continue
-            pred = model.predict(trace, only=rows)
-            if out is None:
-                out = np.full_like(pred, -1)
-            out[rows] = pred[rows]
-        if out is None:
-            m = self.selection.width(shape.num_experts, shape.top_k)
-            out = np.full((view.n_rows, shape.num_moe_layers, m), -1, dtype=np.int16)
+            model = self._fit_fold(trace, fold_of, f, selection_only=True) if whole else self._models[f]
+            model.predict(trace, only=rows, out=out)
+            del model
         return out

@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from ecosim.predictors.base import Candidates, ScoringPredictor, Selection, Shape, top_ids
-from ecosim.predictors.freq import expert_prior
-
-TOKEN_CHUNK = 256  # tokens counted at once (bounds a (tokens, layers, E) count block)
+from ecosim.predictors.freq import prior_of_counts
+from ecosim.pairwise import pairwise_plan
+from ecosim.predictors.token_kernels import count_top, pick_top_k, slot_counts
 
 
 @dataclass
@@ -46,22 +46,35 @@ class TokenTable:
         width = min(width, E)
         uniq, inv, n = np.unique(token.astype(np.int64), return_inverse=True, return_counts=True)
         order = np.argsort(inv, kind="stable")
-        inv_sorted = inv[order]
-        ids = np.zeros((len(uniq), L, width), dtype=np.int16)
-        counts = np.zeros((len(uniq), L, width), dtype=np.float32)
-        layer = (np.arange(L, dtype=np.int32) * E)[None, :, None]
-        for a in range(0, len(uniq), TOKEN_CHUNK):
-            b = min(a + TOKEN_CHUNK, len(uniq))
-            lo, hi = np.searchsorted(inv_sorted, [a, b])
-            rows = order[lo:hi]
-            ex = experts[rows]
-            flat = ((inv[rows].astype(np.int32) - a) * (L * E))[:, None, None] + layer + ex
-            block = np.bincount(flat[ex >= 0], minlength=(b - a) * L * E).reshape(b - a, L, E).astype(np.float32)
-            top = top_ids(block, width)
-            ids[a:b] = top
-            counts[a:b] = np.take_along_axis(block, top, axis=-1)
-        prior = expert_prior(experts, E).astype(np.float32)
+        bounds = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
+        ids, counts, slots = count_top(order, bounds, np.ascontiguousarray(experts, dtype=np.int16), E, width)
+        prior = prior_of_counts(slots).astype(np.float32)  # expert_prior(experts, E), from the same pass
         return cls(uniq, n.astype(np.float32), ids, counts, prior, float(alpha), k)
+
+    @classmethod
+    def fit_top_k(cls, token: np.ndarray, experts: np.ndarray, num_experts: int, width: int, alpha: float, k: int,
+                  block: int = 256) -> tuple[TokenTable, np.ndarray]:
+        """`fit`, then `top_k_ids` of every token (and first of an unseen one), `block` tokens at a
+        time: one block's counts exist at once, never the whole table's. The table returned keeps
+        no counts (empty `ids`, `counts`): it looks tokens up, for a model that only selects."""
+        _, L, top_k = experts.shape
+        width = min(width, num_experts)
+        uniq, inv, n = np.unique(token.astype(np.int64), return_inverse=True, return_counts=True)
+        order = np.argsort(inv, kind="stable")
+        bounds = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
+        ex = np.ascontiguousarray(experts, dtype=np.int16)
+        prior = prior_of_counts(slot_counts(ex, num_experts)).astype(np.float32)  # count_top's totals, first
+        n = n.astype(np.float32)
+        picked = np.empty((len(uniq) + 1, L, min(k, num_experts)), dtype=np.int16)
+        for a in range(0, len(uniq), block):
+            b = min(a + block, len(uniq))
+            ids, counts, _ = count_top(order, bounds[a : b + 1], ex, num_experts, width)
+            part = cls(uniq[a:b], n[a:b], ids, counts, prior, float(alpha), top_k)
+            picked[a + 1 : b + 1] = part.top_k_ids(np.arange(b - a), k)
+            if a == 0:
+                picked[0] = part.top_k_ids(np.array([-1]), k)[0]
+        empty = np.zeros((0, L, width), dtype=np.int16)
+        return cls(uniq, n, empty, empty.astype(np.float32), prior, float(alpha), top_k), picked
 
     def lookup(self, token: np.ndarray) -> np.ndarray:
         """Index of each token in the table, -1 if unseen."""
@@ -69,6 +82,19 @@ class TokenTable:
         i = np.minimum(i, max(len(self.tokens) - 1, 0))
         hit = (self.tokens[i] == token) if len(self.tokens) else np.zeros(len(token), dtype=bool)
         return np.where(hit, i, -1)
+
+    def top_k_ids(self, idx: np.ndarray, k: int) -> np.ndarray:
+        """(n, L, k) int16: `top_ids(scores_of(idx), k)`, the k best-scored experts of table rows
+        `idx`, without the dense scores (token_kernels.py: same ids, ties included)."""
+        L, E = self.prior.shape
+        k = min(k, E)
+        if self.alpha <= 0 or len(self.tokens) == 0 or k <= 0:  # no prior term to rank the unlisted by
+            return top_ids(self.scores_of(idx), k).astype(np.int16)
+        prior_order = np.argsort(-self.prior.astype(np.float64), axis=1, kind="stable")
+        c = np.ascontiguousarray
+        return pick_top_k(c(idx, dtype=np.int64), c(self.n, dtype=np.float32), c(self.ids, dtype=np.int16),
+                          c(self.counts, dtype=np.float32), c(self.prior, dtype=np.float32), prior_order,
+                          pairwise_plan(E), self.alpha, self.top_k, k)
 
     def scores_of(self, idx: np.ndarray) -> np.ndarray:
         """(n, L, E) float32 scores of table rows `idx` (-1 = unseen: the prior)."""
@@ -102,9 +128,20 @@ class TokenPredictor(ScoringPredictor):
 
     @classmethod
     def fit(cls, shape: Shape, experts: np.ndarray, token: np.ndarray, selection: Selection = Selection(),
-            alpha: float = 1.0, width: int | None = None, **_: Any) -> TokenPredictor:
-        table = TokenTable.fit(token, experts, shape.num_experts, width or 2 * shape.top_k, alpha)
-        return cls(shape, table, selection)
+            alpha: float = 1.0, width: int | None = None, selection_only: bool = False, **_: Any) -> TokenPredictor:
+        """`selection_only`: a model that will only select (`for_selection_only`), fitted and
+        prepared a block of tokens at a time (TokenTable.fit_top_k) where its selection is a top-k."""
+        width = width or 2 * shape.top_k
+        if selection_only and selection.mass is None and alpha > 0 and len(token):
+            k = selection.width(shape.num_experts, shape.top_k)
+            table, picked = TokenTable.fit_top_k(token, experts, shape.num_experts, width, alpha, k)
+            model = cls(shape, table, selection)
+            model._picked = (selection, picked)
+            return model
+        model = cls(shape, TokenTable.fit(token, experts, shape.num_experts, width, alpha), selection)
+        if selection_only:
+            model.for_selection_only()
+        return model
 
     def scores(self, cands: Candidates) -> np.ndarray:
         return self.table.scores_of(self.table.lookup(cands.token))
@@ -115,10 +152,21 @@ class TokenPredictor(ScoringPredictor):
             return 0.0
         t0 = time.perf_counter()
         every = np.arange(-1, len(self.table.tokens))  # -1 first: the unseen token's set
+        if self.selection.mass is None:
+            k = self.selection.width(self.shape.num_experts, self.shape.top_k)
+            self._picked = (self.selection, self.table.top_k_ids(every, k))
+            return time.perf_counter() - t0
         picked = np.concatenate([self.selection.apply(self.table.scores_of(every[a : a + 1024]), self.shape.top_k)
                                  for a in range(0, len(every), 1024)])
         self._picked = (self.selection, picked)
         return time.perf_counter() - t0
+
+    def for_selection_only(self) -> None:
+        """`select` reads the table's tokens and the prepared sets only: the per-token counts go
+        (scores, arrays and a new selection would need them: not asked of such a model)."""
+        self.prepare()
+        t = self.table
+        self.table = TokenTable(t.tokens, t.n, t.ids[:0], t.counts[:0], t.prior, t.alpha, t.top_k)
 
     def select(self, cands: Candidates) -> np.ndarray:
         self.prepare()

@@ -21,6 +21,7 @@ from ecosim.predictors.view import draft_view, fingerprint, request_ids, request
 from ecosim.trace.io import Trace
 
 KINDS = ("freq", "token", "context")
+PREV_KINDS = ("context",)  # the kinds that read the previous position's true experts (TrainingRows.prev_experts)
 
 
 @dataclass
@@ -39,9 +40,13 @@ class TrainingRows:
         return len(self.token)
 
     @classmethod
-    def gather(cls, parts: list[tuple[Trace, np.ndarray]]) -> TrainingRows:
+    def gather(cls, parts: list[tuple[Trace, np.ndarray]], prev: bool = True) -> TrainingRows:
         """Rows of each (trace, row mask); units number the (trace, request) pairs in order. Masks
-        are widened to whole candidate trees, so every row's parent is among the rows."""
+        are widened to whole candidate trees, so every row's parent is among the rows.
+
+        The routing of a single run of rows is a view of the trace's, not a copy (read-only: no
+        kind writes its training rows); `prev=False` (a kind that does not read the previous
+        position's experts: not in PREV_KINDS) leaves `prev_experts` -1 everywhere, as a view."""
         cols: dict[str, list[np.ndarray]] = {k: [] for k in ("token", "parent_token", "depth", "experts", "prev_experts", "unit", "parent")}
         next_unit, offset = 0, 0
         for trace, mask in parts:
@@ -52,16 +57,25 @@ class TrainingRows:
             offset += len(rows)
             cols["parent"].append(np.where(v.parent_row[rows] >= 0, local[np.maximum(v.parent_row[rows], 0)], -1))
             true = trace.experts_3d()
-            prev = v.prev_row[rows]
+            prev_row = v.prev_row[rows]
             cols["token"].append(v.token[rows])
             cols["parent_token"].append(v.parent_token[rows])
             cols["depth"].append(v.depth[rows])
-            cols["experts"].append(true[rows])
-            cols["prev_experts"].append(np.where((prev >= 0)[:, None, None], true[np.maximum(prev, 0)], np.int16(-1)))
+            contiguous = len(rows) and rows[-1] - rows[0] + 1 == len(rows)  # one run of rows: a view, not a copy
+            cols["experts"].append(_read_only(true[rows[0] : rows[-1] + 1]) if contiguous else true[rows])
+            cols["prev_experts"].append(np.where((prev_row >= 0)[:, None, None], true[np.maximum(prev_row, 0)], np.int16(-1))
+                                        if prev else np.broadcast_to(np.int16(-1), (len(rows), *true.shape[1:])))
             _, unit = np.unique(v.request[rows], return_inverse=True)
             cols["unit"].append(unit.astype(np.int64) + next_unit)
             next_unit += int(unit.max(initial=-1)) + 1
-        return cls(**{k: np.concatenate(v) for k, v in cols.items()})
+        joined = {k: np.concatenate(v) if len(v) != 1 else v[0] for k, v in cols.items()}
+        return cls(**joined)
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 def split_requests(traces: list[Trace], holdout: float, seed: int) -> list[tuple[list[int], list[int]]]:
@@ -89,8 +103,10 @@ def common_shape(traces: list[Trace]) -> Shape:
     return next(iter(shapes.values()))
 
 
-def fit(kind: str, shape: Shape, data: TrainingRows, selection: Selection = Selection(), **options: Any) -> ScoringPredictor:
-    """A predictor of `kind` fitted on `data` (options: see each kind's `fit`)."""
+def fit(kind: str, shape: Shape, data: TrainingRows, selection: Selection = Selection(), selection_only: bool = False,
+        **options: Any) -> ScoringPredictor:
+    """A predictor of `kind` fitted on `data` (options: see each kind's `fit`). `selection_only`:
+    the model will only select, once (a k-fold fold's): a kind may leave out what scoring needs."""
     if len(data) == 0:
         raise EcoSimError("no training rows")
     if kind == "freq":
@@ -98,7 +114,8 @@ def fit(kind: str, shape: Shape, data: TrainingRows, selection: Selection = Sele
         return FreqPredictor.fit(shape, data.experts, selection)
     if kind == "token":
         from ecosim.predictors.token import TokenPredictor
-        return TokenPredictor.fit(shape, data.experts, data.token, selection, **_pick(options, "alpha", "width"))
+        return TokenPredictor.fit(shape, data.experts, data.token, selection, selection_only=selection_only,
+                                  **_pick(options, "alpha", "width"))
     if kind == "context":
         from ecosim.predictors.context_fit import fit_context
         return fit_context(shape, data, selection, **options)
