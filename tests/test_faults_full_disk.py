@@ -103,7 +103,7 @@ def test_full_disk_through_the_cli_is_one_line(tmp_path, monkeypatch, capsys):
 
 def test_full_disk_while_writing_sweep_results_keeps_the_previous_file(tmp_path, monkeypatch, capsys):
     trace = write_trace(tmp_path / "a", *tiny_trace(5, positions=10))
-    args = ["sweep", str(trace), "--out", str(tmp_path / "sw"), "--jobs", "1", "--policy", "ar", "--budget", "2"]
+    args = ["sweep", str(trace), "--out", str(tmp_path / "sw"), "--jobs", "1", "--policy", "ar,confidence", "--budget", "2"]
     assert ecosim_main(args) == 0
     results = tmp_path / "sw" / "results.parquet"
     before = results.read_bytes()

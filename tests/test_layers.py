@@ -13,7 +13,7 @@ from conftest import ROOT
 
 # Lowest first. A module belongs to the layer of the longest prefix naming it.
 LAYERS = [
-    ["ecosim.errors", "ecosim.units", "ecosim.bitsets", "ecosim.pairwise", "ecosim.metrics", "ecosim.catalog", "ecosim.trace.schema",
+    ["ecosim.errors", "ecosim.units", "ecosim.bitsets", "ecosim.pairwise", "ecosim.fidelity_sampled", "ecosim.metrics", "ecosim.catalog", "ecosim.trace.schema",
      "ecosim.version", "ecosim.outputs", "ecosim.tree_config", "ecosim.memo", "ecosim.options", "ecosim.gate"],
     ["ecosim.trace", "ecosim.tree", "ecosim.placements", "ecosim.cache", "ecosim.oracle", "ecosim.synth",
      "ecosim.synth_draft", "ecosim.routing.generator", "ecosim.steps", "ecosim.routing.presets"],
