@@ -7,8 +7,8 @@ came with batch-1 runs; this module reads them as a table keyed by (model, draft
 tokens), so there is one home for each figure: a row added to the table is a figure `synth` can use.
 
 Sampling lowers acceptance (ecosim/sampling.py), so a figure is keyed by the temperature its source decoded at too
-(the row's `temperature`, 0 when absent): a greedy trace takes a greedy figure, a trace sampled at T only one
-measured at T.
+(the row's `temperature`, 0 when absent): a greedy trace takes a greedy figure (where none is published, the one
+measured at the lowest sampling temperature, said to be a lower bound), a trace sampled at T only one measured at T.
 
 `lookup` prefers the same model, then the same family (same architecture and router), and says which it took;
 `choose` picks the setting the user's tree asks for, else the largest tree measured (the trace is then recorded
@@ -65,6 +65,20 @@ def table(path: Path = PUBLISHED) -> tuple[Acceptance, ...]:
 def lookup(shape: ModelShape, draft: str, temperature: float = 0.0) -> tuple[list[Acceptance], str]:
     """The published figures of `draft` measured at `temperature` on this shape's model, else on its family; and
     which it was."""
+    found, whence = _at(shape, draft, temperature)
+    if found or temperature > 0:
+        return found, whence
+    # greedy, with nothing measured greedy: a figure measured while sampling is a lower bound (sampling lowers
+    # acceptance), taken at the lowest temperature published and said so
+    sampled = sorted({e.temperature for e in table() if e.draft == draft and e.temperature > 0})
+    for t in sampled:
+        found, whence = _at(shape, draft, t)
+        if found:
+            return found, f"{whence}; measured while sampling at T={t:g}: a lower bound for greedy decoding"
+    return [], ""
+
+
+def _at(shape: ModelShape, draft: str, temperature: float) -> tuple[list[Acceptance], str]:
     at = [e for e in table() if e.draft == draft and e.temperature == temperature]
     same = [e for e in at if e.model == shape.name]
     if same:
