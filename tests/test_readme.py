@@ -99,3 +99,21 @@ def test_the_first_screen_shows_tune_right_after_the_main_command_with_what_it_p
     assert r.returncode == 0, r.stderr
     assert [line.rstrip() for line in r.stdout.splitlines()] == printed[2].splitlines()
     assert "--speculative-algorithm EAGLE3 --speculative-draft-model-path models/ecosim-tiny/eagle3" in printed[2]
+
+
+def test_the_worked_user_question_prints_what_the_readme_shows(tmp_path):
+    """The README's worked example (a user's question, from question to answer) is what its two commands print."""
+    import os
+    import subprocess
+    import sys
+
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"```sh\n(ecosim synth gptoss-h100 [^\n]*)\n(ecosim tune gptoss-h100 [^\n]*)\n```\n\n```\n(.*?)\n```", text, flags=re.S)
+    assert m, "the README's worked user question is missing"
+    env = {**os.environ, "COLUMNS": "200"}
+    for i in (1, 2):
+        r = subprocess.run([sys.executable, "-m", "ecosim.cli", *m.group(i).split()[1:]], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+    assert [line.rstrip() for line in r.stdout.rstrip().splitlines()] == m.group(3).splitlines()
+    assert "recommendation for vllm:" in m.group(3) and '"num_speculative_tokens"' in m.group(3)
