@@ -38,6 +38,11 @@ class Setting:
     topk: int
     draft_tokens: int
 
+    def sglang(self) -> str:
+        """SGLang's three tree flags (the draft's own flags go in front: `sglang_draft_flags`)."""
+        return (f"--speculative-num-steps {self.steps} --speculative-eagle-topk {self.topk} "
+                f"--speculative-num-draft-tokens {self.draft_tokens}")
+
 
 def _path(path: str | None) -> str:
     return shlex.quote(path) if path else DRAFT_PATH
@@ -45,10 +50,7 @@ def _path(path: str | None) -> str:
 
 def _sglang(s: Setting, draft: dict[str, Any], path: str | None) -> str | None:
     head = sglang_draft_flags(draft, path)
-    if head is None:
-        return None
-    return (f"{head} --speculative-num-steps {s.steps} --speculative-eagle-topk {s.topk} "
-            f"--speculative-num-draft-tokens {s.draft_tokens}")
+    return None if head is None else f"{head} {s.sglang()}"
 
 
 VLLM_METHODS = {"eagle3": "eagle3", "mtp": "mtp", "model": "draft_model"}

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ecosim.catalog.drafts import sglang_draft_flags
 from ecosim.cost import CostModel
 from ecosim.launch import ENGINES, Engine, Setting
 from ecosim.metrics import Row, total
@@ -34,16 +35,7 @@ from ecosim.trace.io import Trace
 SIZES = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
-@dataclass(frozen=True)
-class Static(Setting):
-    """An engine's static tree: SGLang's three flags (K = 1: vLLM's chain of S tokens)."""
-
-    def sglang(self) -> str:
-        return (f"--speculative-num-steps {self.steps} --speculative-eagle-topk {self.topk} "
-                f"--speculative-num-draft-tokens {self.draft_tokens}")
-
-    def vllm(self) -> str | None:
-        return f'"num_speculative_tokens": {self.steps}' if self.topk == 1 else None
+Static = Setting  # an engine's static tree (K = 1: a chain of S tokens), as launch.py runs it
 
 
 @dataclass
@@ -152,6 +144,9 @@ def recommend(cands: dict[str, Candidate], engine: Engine | None = None, draft: 
         doc["static"] = {"steps": s.steps, "topk": s.topk, "draft_tokens": s.draft_tokens,
                          "ms_per_token": best_static.time_per_token * 1e3, "speedup_vs_ar": ar / best_static.time_per_token,
                          "sglang_flags": s.sglang(), "pays": best_static.time_per_token < ar}
+        head = sglang_draft_flags(draft, path)  # the draft's algorithm and path in front: a complete launch line
+        if head is not None:
+            doc["static"].update(sglang_draft_flags=head, sglang_flags=f"{head} {s.sglang()}")
         if best_auto is not None:
             doc["auto_gain_over_static"] = best_static.time_per_token / best_auto.time_per_token
     if best_chain is not None and best_chain.static is not None:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ecosim.catalog.drafts import DRAFT_PATH, draft_kind, sglang_draft_flags
+from ecosim.catalog.drafts import DRAFT_PATH, draft_kind
 from ecosim.launch import ENGINES, Engine, engine_for, get_engine
 from ecosim.cli import app, wide_console
 from ecosim.cli.options import (
@@ -77,7 +77,6 @@ def tune(
     host = llamacpp(doc, place, first.model, found[0].manifest.get("draft", {}).get("name", "DRAFT"))
     if host is not None:  # experts in host RAM: the llama.cpp / ik_llama.cpp flags (tune_llamacpp.py)
         doc["llama_cpp"] = host
-    _sglang_draft_flags(doc, draft_doc, path)
     if plot:
         plot_tune(plot, cands, f"{device.name} {place}: candidates over {len(found)} traces")
     if as_json:
@@ -129,15 +128,6 @@ def _the_draft(traces: list[Trace]) -> tuple[dict, str | None, str | None]:
     path = str(drafts[0].get("source")) if real and drafts[0].get("source") else None
     note = None if path or kinds[0] == "mtp" else f"{DRAFT_PATH}: the path of your draft's checkpoint (these traces do not name a recorded one)"
     return drafts[0], path, note
-
-
-def _sglang_draft_flags(doc: dict, draft: dict, path: str | None) -> None:
-    """Put SGLang's draft flags (the algorithm for the traces' draft kind, the draft's path) in front
-    of the best static tree's, so the printed set pastes into a launch command."""
-    flags = sglang_draft_flags(draft, path)
-    if "static" in doc and flags is not None:
-        doc["static"]["sglang_draft_flags"] = flags
-        doc["static"]["sglang_flags"] = f"{flags} {doc['static']['sglang_flags']}"
 
 
 def recommendation_lines(doc: dict, engine: Engine, kind: str) -> list[str]:
