@@ -53,16 +53,16 @@ def axis_hints(given: Mapping[str, list[str] | None], axes: Mapping[str, list[An
     reads (it is not swept at all), and budgets of the parsed `axes` above every tree (each verifies
     what the largest tree does)."""
     chosen = set(policies)
-    for name, values in given.items():
-        k = next((k for k in registry.knobs() if k.name == name), None)
-        if k is None or not values or name in axes or values == [str(k.default)]:
+    knobs = {k.name: k for k in registry.knobs()}
+    set_by_user = {n: v for n, v in given.items() if n in knobs and v and v != [str(knobs[n].default)]}
+    for name, values in set_by_user.items():
+        if name in axes:
             continue
         readers = [n for n in registry.names() if registry.get(n).knob(name)]
-        warn(f"{k.flag} {','.join(values)} has no effect on {', '.join(sorted(chosen))} (policies that read it: "
+        warn(f"{knobs[name].flag} {','.join(values)} has no effect on {', '.join(sorted(chosen))} (policies that read it: "
              f"{', '.join(readers)}): it is not an axis of this sweep")
     trees = [int(m.get("tree", {}).get("max_nodes", 0)) for m in manifests]
-    default = [str(k.default) for k in registry.knobs() if k.name == "budget"]
-    budgets = axes.get("budget", []) if given.get("budget") not in (None, [], default) else []  # the default: no one's choice
+    budgets = axes.get("budget", []) if "budget" in set_by_user else []  # the default axis is no one's choice
     above = sorted({int(b) for b in budgets if isinstance(b, (int, float)) and trees and b > max(trees)})
     if above:
         warn(f"--budget {','.join(map(str, above))} above every tree of these traces (at most {max(trees)} candidates "
