@@ -307,8 +307,7 @@ def summarize(replay: TraceReplay, steps: Steps, cost: CostModel, cache: bool = 
     """Price `steps` and total them into a Row for `replay`'s trace (of `requests` requests)."""
     times, misses = replay.price(steps, cost, cache=cache, key=key)
     loads = int(bitsets.count(steps.bits).sum()) if len(steps) else 0
-    asked = np.asarray(steps.drafted, dtype=np.float64)
-    levels = float(np.minimum(asked[asked > 0], float(cost.tree_depth)).sum()) if len(asked) else 0.0
-    draft = float(cost.draft_times(asked).sum()) if len(asked) else 0.0
+    levels = float(cost.draft_levels(steps.drafted).sum())
+    draft = float(cost.draft_times(steps.drafted).sum())
     return make_row(replay.trace, steps, len(steps), loads, float(misses.sum()), float(times.sum()), requests,
                     expert_bytes=cost.model.expert_bytes, draft_s=draft, draft_levels=levels)

@@ -181,14 +181,19 @@ class CostModel:
             return 0.0
         return d * self.draft_forward_time() + self.spec_bookkeeping_time(d)
 
-    def draft_times(self, drafted: np.ndarray) -> np.ndarray:
-        """Seconds of each step's draft side: `drafted` the steps each asks for (inf: all), capped at
-        the setting's N = `tree_depth` (policies/base.py DRAFTING_RULE); 0 where it asks for none."""
+    def draft_levels(self, drafted: np.ndarray) -> np.ndarray:
+        """Draft forwards each step pays: `drafted` the steps each asks for (inf: all), capped at the
+        setting's N = `tree_depth` (policies/base.py DRAFTING_RULE); 0 where it asks for none."""
         asked = np.asarray(drafted, dtype=np.float64).reshape(-1)
-        d = np.minimum(asked, float(self.tree_depth))
-        out = np.zeros(len(asked))
-        for x in np.unique(d[asked > 0]):  # all N: the setting's own draft_time (a profile's fixed time too)
-            out[(asked > 0) & (d == x)] = self.draft_time(True, None if x == self.tree_depth else float(x))
+        return np.where(asked > 0, np.minimum(asked, float(self.tree_depth)), 0.0)
+
+    def draft_times(self, drafted: np.ndarray) -> np.ndarray:
+        """Seconds of each step's draft side, at its `draft_levels`."""
+        asked = np.asarray(drafted, dtype=np.float64).reshape(-1) > 0
+        d = self.draft_levels(drafted)
+        out = np.zeros(len(d))
+        for x in np.unique(d[asked]):  # all N: the setting's own draft_time (a profile's fixed time too)
+            out[asked & (d == x)] = self.draft_time(True, None if x == self.tree_depth else float(x))
         return out
 
     def draft_time(self, speculative: bool, steps: float | None = None) -> float:
