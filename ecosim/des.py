@@ -137,6 +137,8 @@ class _Server:
         self.busy = 0.0
         self.loads = 0
         self.misses = 0
+        self.draft_s = 0.0  # the draft side's seconds and levels, as the rows report them (metrics.Row)
+        self.draft_levels = 0.0
         self.finished: dict[int, float] = {}
         self.done: dict[int, simpy.Event] = {}
         self.n_steps = 0
@@ -221,7 +223,10 @@ class _Server:
                 yield self.env.timeout(a2a)
                 self._span(f"collectives L{layer}", "link", t0, self.env.now)
         other = float(cost.other_times(tokens, context, speculative=False)[0])
-        other += float(cost.draft_times(s.drafted[idx]).max(initial=0.0))  # the batch drafts its deepest step's steps
+        draft = float(cost.draft_times(s.drafted[idx]).max(initial=0.0))  # the batch drafts its deepest step's steps
+        self.draft_s += draft
+        self.draft_levels += float(cost.draft_levels(s.drafted[idx]).max(initial=0.0))
+        other += draft
         t0 = self.env.now
         yield self.env.timeout(other)
         self._span("dense+attention+overhead+draft", "device 0", t0, self.env.now)
@@ -290,7 +295,8 @@ def des_run(replay: TraceReplay, spec: PolicySpec, cost: CostModel, cfg: DesConf
         env.process(scheduled(times))
     env.run()
     # steps per request: a forward verifying k requests is k steps (metrics.py)
-    row = make_row(replay.trace, steps, len(steps.tokens), server.loads, server.misses, server.busy)
+    row = make_row(replay.trace, steps, len(steps.tokens), server.loads, server.misses, server.busy,
+                   draft_s=server.draft_s, draft_levels=server.draft_levels)
     latencies = [server.finished[r] - server.arrived[r] for r in server.order]
     return DesResult(row, latencies, float(env.now), server.events, server.n_steps,
                      [server.first_step[r] for r in server.order], server.inter_token)
@@ -329,10 +335,12 @@ def _one_at_a_time(replay: TraceReplay, steps: Steps, cost: CostModel, cfg: DesC
         missed = cache.walk(steps.bits[idx])
         misses, copy = int(missed.sum()), cost.copy_time(missed)
     other = cost.other_times(steps.verified[idx], steps.context[idx], speculative=False)
-    other = other + cost.draft_times(steps.drafted[idx])  # each step's own draft steps (policies/base.py DRAFTING_RULE)
+    draft = cost.draft_times(steps.drafted[idx])  # each step's own draft steps (policies/base.py DRAFTING_RULE)
+    other = other + draft
     end, arrived, busy = _clock(device, copy, a2a, other, bounds, arrive)
     loads = int(bitsets.count(steps.bits).sum()) if len(steps) else 0
-    row = make_row(replay.trace, steps, len(steps.tokens), loads, misses, busy)
+    row = make_row(replay.trace, steps, len(steps.tokens), loads, misses, busy, draft_s=float(draft.sum()),
+                   draft_levels=float(cost.draft_levels(steps.drafted[idx]).sum()))
     first = bounds[:-1]
     last = bounds[1:] - 1
     later = np.ones(len(idx), dtype=bool)

@@ -211,3 +211,14 @@ def test_replay_of_a_synthetic_deepseek_trace_where_speculation_pays_names_a_spe
     r = ecosim("replay", str(t), "--hardware", "h200", "--placement", "tp:8")
     assert r.returncode == 0, r.stderr
     assert _words(r.stdout).endswith(_words("\n".join(v["lines"])))
+
+
+def test_the_event_engine_reports_the_same_draft_side_as_the_fast_engine() -> None:
+    """One request at a time, the event engine prices the same steps: its rows carry the same draft seconds
+    and levels, so the verdict's reason is the same whichever engine ran."""
+    fast, des = (json.loads(ecosim("replay", "traces/qa", "--json", *extra).stdout) for extra in ((), ("--engine", "des")))
+    for a, b in zip(fast["totals"], des["totals"]):
+        assert (a["policy"], a["draft_levels"]) == (b["policy"], b["draft_levels"])
+        assert a["draft_s"] == pytest.approx(b["draft_s"])
+    side = fast["verdict"]["why"]["draft_side_s"]
+    assert side > 0 and des["verdict"]["why"]["draft_side_s"] == pytest.approx(side)
