@@ -137,7 +137,7 @@ class _Server:
         self.busy = 0.0
         self.loads = 0
         self.misses = 0
-        self.draft_s = 0.0  # the draft side's seconds and levels, as the rows report them (metrics.Row)
+        self.drafts: list[float] = []  # each forward's draft seconds, summed as the fast path sums them (metrics.Row)
         self.draft_levels = 0.0
         self.finished: dict[int, float] = {}
         self.done: dict[int, simpy.Event] = {}
@@ -224,7 +224,7 @@ class _Server:
                 self._span(f"collectives L{layer}", "link", t0, self.env.now)
         other = float(cost.other_times(tokens, context, speculative=False)[0])
         draft = float(cost.draft_times(s.drafted[idx]).max(initial=0.0))  # the batch drafts its deepest step's steps
-        self.draft_s += draft
+        self.drafts.append(draft)
         self.draft_levels += float(cost.draft_levels(s.drafted[idx]).max(initial=0.0))
         other += draft
         t0 = self.env.now
@@ -296,7 +296,7 @@ def des_run(replay: TraceReplay, spec: PolicySpec, cost: CostModel, cfg: DesConf
     env.run()
     # steps per request: a forward verifying k requests is k steps (metrics.py)
     row = make_row(replay.trace, steps, len(steps.tokens), server.loads, server.misses, server.busy,
-                   draft_s=server.draft_s, draft_levels=server.draft_levels)
+                   draft_s=float(np.sum(server.drafts)), draft_levels=server.draft_levels)
     latencies = [server.finished[r] - server.arrived[r] for r in server.order]
     return DesResult(row, latencies, float(env.now), server.events, server.n_steps,
                      [server.first_step[r] for r in server.order], server.inter_token)
