@@ -20,9 +20,9 @@ Pricing: h200, `tp:8` (the placement DeepSeek-V3.1 is served on).
 - `api_repeat_over_union`: `ecosim.replay(trace, policy=P, placement="tp:8")` called again on
   the same Trace object (ar and the oracle included, as the function runs them).
 - `wide.evict_over_confidence`: evict's cold seconds over confidence's (budget 16) on the wide
-  trees; `wide.evict_over_union` over the union pass of those trees. evict's profile is a mean over
-  every position of the trace, so it reads every row, where confidence reads only the rows of the
-  steps its requests take.
+  trees; `wide.evict_over_union` over the union pass of those trees. Beyond confidence's work evict
+  fits the calibrated values, profiles C(k) on a few positions (policies/evict.py) and prices its
+  own selection, about ten times confidence's nodes on these trees.
 - memory: `all_policy_peak_mb`, the peak RSS of `ecosim replay SMALL --placement tp:8 --json`
   (every policy, a fresh process), `baseline_mb` the same process's peak for `ecosim --help`,
   and `beyond_baseline_over_disk`, (peak - baseline) / the trace's bytes on disk.

@@ -26,7 +26,8 @@ says so (`Calibration.in_sample`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from numba import njit
@@ -52,18 +53,43 @@ def sibling_rank(trees: Trees) -> np.ndarray:
 
 @njit(cache=True)
 def _sibling_rank(start, n_nodes, parent, lp):
-    """A node's rank = its siblings ahead of it (a higher log-prob, or an equal one and a lower id),
-    counted over each tree's pairs (tens of nodes): no sort of the whole trace (a 3-key lexsort of
-    every row took most of a cold auto replay's calibration)."""
+    """A node's rank = its siblings ahead of it (a higher log-prob, or an equal one and a lower id).
+    Per tree the children are grouped by parent (in id order); a small family compares its pairs,
+    a large one is sorted stably by descending log-prob. Each node is compared with its siblings
+    only: comparing every pair of a tree's nodes grew with the square of the tree (and a 3-key
+    lexsort of the whole trace was slower still)."""
     rank = np.zeros(len(lp), dtype=np.int64)
+    big = np.max(n_nodes) if len(n_nodes) else 0
+    off = np.empty(big + 1, dtype=np.int64)  # children of node p: kids[off[p]:off[p + 1]]
+    fill = np.empty(big + 1, dtype=np.int64)
+    kids = np.empty(big, dtype=np.int64)
     for t in range(len(start)):
         s0, n = start[t], n_nodes[t]
+        off[: n + 1] = 0
         for x in range(1, n):
-            px, lx, r = parent[s0 + x], lp[s0 + x], 0
-            for y in range(1, n):
-                if y != x and parent[s0 + y] == px and (lp[s0 + y] > lx or (lp[s0 + y] == lx and y < x)):
-                    r += 1
-            rank[s0 + x] = r
+            off[parent[s0 + x] + 1] += 1
+        for p in range(n):
+            off[p + 1] += off[p]
+            fill[p] = off[p]
+        for x in range(1, n):
+            p = parent[s0 + x]
+            kids[fill[p]] = x
+            fill[p] += 1
+        for p in range(n):
+            a, b = off[p], off[p + 1]
+            if b - a <= 32:
+                for i in range(a, b):
+                    x, r = kids[i], 0
+                    for j in range(a, b):
+                        y = kids[j]
+                        if lp[s0 + y] > lp[s0 + x] or (lp[s0 + y] == lp[s0 + x] and y < x):
+                            r += 1
+                    rank[s0 + x] = r
+            else:
+                fam = kids[a:b]
+                order = np.argsort(-lp[s0 + fam], kind="mergesort")  # stable: equal log-probs keep id order
+                for r in range(b - a):
+                    rank[s0 + fam[order[r]]] = r
     return rank
 
 
@@ -108,27 +134,75 @@ class AcceptanceModel:
 
 def path_value(trees: Trees, conditional: np.ndarray) -> np.ndarray:
     """value(x) = product of the conditional acceptances along the path (1 at the root)."""
-    value = np.where(trees.depth == 0, 1.0, conditional).astype(np.float64)
-    for rows in trees.levels:
-        value[rows] *= value[trees.parent_row[rows]]
+    return _path_product(np.asarray(conditional, dtype=np.float64), trees.depth, trees.parent_row)
+
+
+@njit(cache=True)
+def _path_product(conditional, depth, parent_row):
+    """One pass in row order: a parent's row comes before its children's (parent < node, checked
+    on read), so value(parent) is final when a child multiplies by it."""
+    value = np.empty(len(conditional))
+    for x in range(len(conditional)):
+        value[x] = 1.0 if depth[x] == 0 else conditional[x] * value[parent_row[x]]
     return value
 
 
 @dataclass
 class Calibration:
-    """Out-of-fold conditional acceptances of a trace, their path values, and how well they fit."""
+    """Out-of-fold conditional acceptances of a trace, their path values, and how well they fit.
+
+    The fit's quality (ECE, Brier, predicted accepted lengths, each against the raw draft
+    probability) is measured when first asked for: a policy valuing nodes needs `value` only."""
 
     conditional: np.ndarray  # (rows,) a(x); 1 at roots
     value: np.ndarray  # (rows,) product along the path
-    ece: float  # expected calibration error of a(x) on the conditioned rows
-    brier: float
-    raw_ece: float  # the same for exp(draft_logprob)
-    raw_brier: float
-    predicted_accept_len: float  # mean over trees of sum of value over the full tree
-    raw_predicted_accept_len: float  # the same with exp(cum_logprob)
-    observed_accept_len: float  # mean over trees of A(p)
     in_sample: bool  # a single-request trace: fitted on its own verdicts
-    tree_slope: float = 1.0  # mean over folds of b in E[A | V] = a + b V (rescale_trees): 1 when V ranks trees as they are
+    tree_slope: float  # mean over folds of b in E[A | V] = a + b V (rescale_trees): 1 when V ranks trees as they are
+    trees: Trees = field(repr=False)
+    cond_rows: np.ndarray = field(repr=False)  # the rows a(x) is a probability for: parent accepted
+
+    @cached_property
+    def _errors(self) -> tuple[float, float, float, float]:
+        y = self.trees.accepted[self.cond_rows]
+        lp = self.trees.trace.nodes["draft_logprob"][self.cond_rows].astype(np.float64)
+        return (*calibration_error(self.conditional[self.cond_rows], y), *calibration_error(np.exp(lp), y))
+
+    @property
+    def ece(self) -> float:
+        """Expected calibration error of a(x) on the conditioned rows."""
+        return self._errors[0]
+
+    @property
+    def brier(self) -> float:
+        return self._errors[1]
+
+    @property
+    def raw_ece(self) -> float:
+        """The same for exp(draft_logprob)."""
+        return self._errors[2]
+
+    @property
+    def raw_brier(self) -> float:
+        return self._errors[3]
+
+    @cached_property
+    def predicted_accept_len(self) -> float:
+        """Mean over trees of the sum of value over the full tree."""
+        t = self.trees
+        nonroot = t.depth > 0
+        return float(np.bincount(t.tree_of_row[nonroot], self.value[nonroot], t.n_trees).mean())
+
+    @cached_property
+    def raw_predicted_accept_len(self) -> float:
+        """The same with exp(cum_logprob)."""
+        t = self.trees
+        nonroot = t.depth > 0
+        return float(np.bincount(t.tree_of_row[nonroot], np.exp(t.cum_logprob[nonroot]), t.n_trees).mean())
+
+    @property
+    def observed_accept_len(self) -> float:
+        """Mean over trees of A(p)."""
+        return float(self.trees.accept_len.mean())
 
     def describe(self) -> dict[str, float | bool]:
         return {k: getattr(self, k) for k in ("ece", "brier", "raw_ece", "raw_brier", "predicted_accept_len",
@@ -199,21 +273,30 @@ def calibrate(trees: Trees, folds: int = FOLDS, seed: int = 0) -> Calibration:
     cond_rows = nonroot & trees.accepted[trees.parent_row]
     fold = fold_of_rows(trees, folds, seed)
     n_folds = int(fold.max(initial=0)) + 1
-    conditional = np.ones(trees.n_rows)
+    rates = np.empty((n_folds, MAX_DEPTH + 1, MAX_RANK + 1, LP_BINS))
+    edges = np.full((n_folds, LP_BINS - 1), np.inf)  # a fold's fewer distinct edges: the rest past every log-prob
     for f in range(n_folds):
         train = cond_rows & (fold != f) if n_folds > 1 else cond_rows
         model = AcceptanceModel.fit(depth[train], rank[train], lp[train], trees.accepted[train])
-        rows = nonroot & (fold == f)
-        conditional[rows] = model.predict(depth[rows], rank[rows], lp[rows])
+        rates[f], edges[f, : len(model.edges)] = model.rate, model.edges
+    conditional = _out_of_fold(depth, rank, lp, fold, rates, edges)  # each row by its own fold's model
     value = path_value(trees, conditional)
     slope = rescale_trees(trees, value, fold, n_folds)
-    y = trees.accepted[cond_rows]
-    ece, brier = calibration_error(conditional[cond_rows], y)
-    raw_ece, raw_brier = calibration_error(np.exp(lp[cond_rows]), y)
-    per_tree = np.bincount(trees.tree_of_row[nonroot], value[nonroot], trees.n_trees)
-    raw_tree = np.bincount(trees.tree_of_row[nonroot], np.exp(trees.cum_logprob[nonroot]), trees.n_trees)
-    return Calibration(conditional, value, ece, brier, raw_ece, raw_brier, float(per_tree.mean()),
-                       float(raw_tree.mean()), float(trees.accept_len.mean()), n_folds == 1, slope)
+    return Calibration(conditional, value, n_folds == 1, slope, trees, cond_rows)
+
+
+@njit(cache=True)
+def _out_of_fold(depth, rank, lp, fold, rates, edges):
+    """a(x) of every non-root row from the model of its fold: `AcceptanceModel.predict` row by row
+    (cells clipped, np.digitize's bin: the edges at or below the log-prob), in one pass; 1 at roots."""
+    out = np.ones(len(lp))
+    for x in range(len(lp)):
+        if depth[x] > 0:
+            f, b = fold[x], 0
+            while b < edges.shape[1] and edges[f, b] <= lp[x]:
+                b += 1
+            out[x] = rates[f, min(depth[x], MAX_DEPTH), min(rank[x], MAX_RANK), b]
+    return out
 
 
 def node_values(trees: Trees, kind: str, calibration: Calibration | None = None) -> np.ndarray:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from conftest import TINY, tiny_trace
-from ecosim.acceptance import AcceptanceModel, calibrate, calibration_error, sibling_rank
+from ecosim.acceptance import AcceptanceModel, _sibling_rank, calibrate, calibration_error, fold_of_rows, sibling_rank
 from ecosim.trace.io import read_trace
 from ecosim.tree import Trees
 
@@ -36,6 +37,49 @@ def test_calibration_recovers_a_known_acceptance(write):
     assert cal.ece < cal.raw_ece or cal.raw_ece < 0.03
     assert abs(cal.predicted_accept_len - cal.observed_accept_len) < 0.15 * cal.observed_accept_len + 0.05
     assert not cal.in_sample
+
+
+@st.composite
+def forest(draw):
+    """Trees as (start, n_nodes, parent, lp): node x's parent below x, log-probs from a few values (ties)."""
+    sizes = draw(st.lists(st.integers(1, 12), min_size=1, max_size=5)) + draw(st.sampled_from([[], [80]]))
+    parent, lp = [], []
+    for n in sizes:  # an 80-node tree: its large families (over 32 children) sorted, not compared pairwise
+        parent += [-1] + [draw(st.integers(0, min(x - 1, 1 if n > 12 else x - 1))) for x in range(1, n)]
+        lp += [0.0] + [draw(st.sampled_from([-0.1, -0.5, -0.5, -2.0])) for _ in range(1, n)]
+    start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    return start, np.array(sizes, dtype=np.int64), np.array(parent, dtype=np.int64), np.array(lp)
+
+
+@settings(max_examples=60, deadline=None)
+@given(forest())
+def test_sibling_rank_counts_the_siblings_ahead(f):
+    # the definition: siblings with a higher log-prob, or an equal one and a lower node id
+    start, n_nodes, parent, lp = f
+    want = np.zeros(len(lp), dtype=np.int64)
+    for s0, n in zip(start, n_nodes):
+        for x in range(1, n):
+            want[s0 + x] = sum(1 for y in range(1, n) if y != x and parent[s0 + y] == parent[s0 + x]
+                               and (lp[s0 + y] > lp[s0 + x] or (lp[s0 + y] == lp[s0 + x] and y < x)))
+    assert np.array_equal(_sibling_rank(start, n_nodes, parent, lp), want)
+
+
+@pytest.mark.parametrize("seed,requests", [(0, 8), (1, 3), (2, 1)])
+def test_each_row_is_valued_by_its_own_folds_model(write, seed, requests):
+    # the one-pass prediction is AcceptanceModel.predict of the model fitted without the row's fold
+    t = Trees(read_trace(write(tiny_trace(seed, requests=requests, positions=60))))
+    lp = t.trace.nodes["draft_logprob"].astype(np.float64)
+    rank, fold = sibling_rank(t), fold_of_rows(t)
+    cond = (t.depth > 0) & t.accepted[t.parent_row]
+    want = np.ones(t.n_rows)
+    for f in np.unique(fold):
+        train = cond & (fold != f) if requests > 1 else cond
+        model = AcceptanceModel.fit(t.depth[train], rank[train], lp[train], t.accepted[train])
+        rows = (t.depth > 0) & (fold == f)
+        want[rows] = model.predict(t.depth[rows], rank[rows], lp[rows])
+    cal = calibrate(t)
+    assert np.array_equal(cal.conditional, want)
+    assert cal.in_sample == (requests == 1)
 
 
 def test_calibration_error_by_hand():

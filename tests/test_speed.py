@@ -23,7 +23,7 @@ from ecosim.cost import CostConfig, CostModel
 from ecosim.placements import parse_placement
 from ecosim.policies import PolicySpec
 from ecosim.policies.confidence import confidence_rank, select_confidence
-from ecosim.policies.evict import profiled_cost, union_counts
+from ecosim.policies.evict import PROFILE_STEPS, profile_steps, profiled_cost, union_counts
 from ecosim.replay import TraceReplay
 from ecosim.simulate import cost_model
 from ecosim.synth import SynthConfig, synthesize
@@ -34,15 +34,17 @@ PLACEMENTS = ("hbm", "tp:2", "ep:2", "tp:2+ep:2", "offload:4")
 COMMITTED = sorted(find_traces([str(ROOT / "traces")]))
 
 
-def profiled_cost_reference(trees: Trees, rank: np.ndarray, cost: CostModel, max_budget: int) -> np.ndarray:
-    """evict's C(k) as it reads: select `confidence` at every budget k, pack and price it whole."""
+def profiled_cost_reference(trees: Trees, rank: np.ndarray, cost: CostModel, max_budget: int,
+                            pick: np.ndarray | None = None) -> np.ndarray:
+    """evict's C(k) as it reads: select `confidence` at every budget k, pack and price it whole, and
+    average the picked trees' times."""
     ctx = trees.trace.positions["context_len"].astype(np.int64)
     out = np.zeros(max_budget + 1)
     for k in range(max_budget + 1):
         sel = select_confidence(trees, k, rank=rank)
         n = trees.selected_count(sel)
         times = cost.layer_times(union_counts(trees, sel, cost), n).sum(axis=1) + cost.other_times(n, ctx, speculative=False)
-        out[k] = float(times.mean())
+        out[k] = float((times if pick is None else times[pick]).mean())
     return out
 
 
@@ -52,7 +54,8 @@ def _costs(trace, placements=PLACEMENTS):
 
 
 @pytest.mark.parametrize("seed,overrides", [(0, {}), (1, {"max_nodes": 30, "depth": 6, "topk": 4}),
-                                            (2, {"requests": 3, "positions": 25, "max_nodes": 5})])
+                                            (2, {"requests": 3, "positions": 25, "max_nodes": 5}),
+                                            (3, {"requests": 2, "positions": 150, "max_nodes": 12})])  # > 128 trees: pairwise means
 def test_evict_profile_grown_budget_by_budget_is_the_direct_one_bit_for_bit(write, seed, overrides):
     trace = read_trace(write(tiny_trace(seed, **overrides)))
     t = Trees(trace)
@@ -66,12 +69,14 @@ def test_evict_profile_grown_budget_by_budget_is_the_direct_one_bit_for_bit(writ
 
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 2**16), st.integers(1, 3), st.integers(2, 30), st.integers(1, 7), st.integers(1, 5),
-       st.integers(1, 40), st.sampled_from(PLACEMENTS), st.integers(0, 45), st.sampled_from([3, 9, 58]))
+       st.integers(1, 40), st.sampled_from(PLACEMENTS), st.integers(0, 45), st.sampled_from([3, 9, 58]),
+       st.integers(1, 100))
 def test_evict_profile_is_the_direct_one_on_random_trees(seed, requests, positions, depth, topk, max_nodes, placement, budget,
-                                                         layers):
+                                                         layers, steps):
     """Random tree shapes (a single node to wide and deep), any placement, any largest budget
     (beyond the largest tree too), few MoE layers or many (where numpy sums a step's layers
-    pairwise, not one by one): the walk in rank order gives the per-budget pass's floats."""
+    pairwise, not one by one), profiled on some of the positions or all: the walk in rank order
+    gives the per-budget pass's floats."""
     from ecosim.trace.io import write_trace
 
     shape = replace(TINY, num_layers=layers, moe_layers=tuple(range(layers)))
@@ -82,7 +87,8 @@ def test_evict_profile_is_the_direct_one_on_random_trees(seed, requests, positio
         t = Trees(trace)
         rank = confidence_rank(t)
         [(_, cost)] = _costs(trace, (placement,))
-        assert np.array_equal(profiled_cost(t, rank, cost, budget), profiled_cost_reference(t, rank, cost, budget))
+        pick = profile_steps(t.n_trees, steps)
+        assert np.array_equal(profiled_cost(t, rank, cost, budget, pick), profiled_cost_reference(t, rank, cost, budget, pick))
 
 
 @pytest.mark.parametrize("placement", ["cpu-moe:1", "cpu-moe", "cpu"])
@@ -104,8 +110,21 @@ def test_evict_profile_on_the_committed_traces(path):
     t = Trees(trace)
     rank = confidence_rank(t)
     kmax = int(t.n_nodes.max()) - 1
+    pick = profile_steps(t.n_trees)
     for _, cost in _costs(trace, ("hbm", "ep:2")):
-        assert np.array_equal(profiled_cost(t, rank, cost, kmax), profiled_cost_reference(t, rank, cost, kmax))
+        assert np.array_equal(profiled_cost(t, rank, cost, kmax, pick), profiled_cost_reference(t, rank, cost, kmax, pick))
+
+
+@given(st.integers(0, 5000), st.integers(1, 300))
+def test_the_profile_steps_spread_evenly_over_the_trace(n_trees, steps):
+    pick = profile_steps(n_trees, steps)
+    assert len(pick) == min(n_trees, steps)
+    assert np.all(np.diff(pick) > 0) and (n_trees == 0 or pick[0] == 0)
+    assert n_trees == 0 or min(n_trees, steps) < 2 or pick[-1] == n_trees - 1
+    if n_trees > steps > 1:  # even: gaps differ by at most one position
+        gaps = np.diff(pick)
+        assert gaps.max() - gaps.min() <= 1
+    assert len(profile_steps(n_trees)) == min(n_trees, PROFILE_STEPS)
 
 
 def test_a_repeated_api_replay_of_one_trace_reuses_its_work_and_gives_the_same_rows(write):
