@@ -10,6 +10,11 @@ The synthetic DeepSeek-V3.1-shaped trace of the replay benchmark (10 requests x 
   stream.py's estimate (WORKING_SET x their rows' bytes), well under what the whole replay takes.
 - `pieces_peak_rss_mb`, `pieces_over_whole`: the piece-wise replay's peak and its ratio to the whole.
 - `pieces_equal_whole`: 1 when both replays report identical totals.
+- `all_policy_peak_rss_mb`: every policy at its defaults (`ecosim replay TRACE --placement ep:8
+  --json`), the whole trace in memory; `baseline_mb` the same interpreter's peak for `ecosim
+  --help`; `all_policy_beyond_baseline_over_disk` (peak - baseline) / the trace's bytes on disk,
+  target < 3. What takes it: the routing held as int16 (about twice its size on disk) and the
+  token predictor's predictions, as large again.
 """
 
 from __future__ import annotations
@@ -45,3 +50,8 @@ def run(report: Report, trace: Path) -> None:
     report.add(m, "budget_over_whole", budget / whole, "x", target="< 1",
                note="the budget is smaller than what the whole replay took: the trace does not fit it")
     report.add(m, "pieces_equal_whole", float(a["totals"] == b["totals"]), "", target="== 1")
+    base_rss, _ = peak_rss(["--help"], parse=False)
+    every, _ = peak_rss(["replay", str(trace), "--placement", "ep:8", "--json"])
+    report.add(m, "baseline_mb", base_rss / 1e6, "MB", note="the interpreter with ecosim's CLI loaded (ecosim --help)")
+    report.add(m, "all_policy_peak_rss_mb", every / 1e6, "MB", note="every policy at its defaults, ep:8, the whole trace in memory")
+    report.add(m, "all_policy_beyond_baseline_over_disk", (every - base_rss) / disk, "x", target="< 3")

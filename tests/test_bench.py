@@ -36,7 +36,8 @@ def expected() -> set[str]:
     names |= {f"sweep1000.{f}" for f in ("configurations", "wall_s", "configs_per_min", "cpu_s")}
     names |= {f"tracer.{f}" for f in ("hooks_on_ms", "hooks_off_ms", "on_over_off")}
     names |= {f"memory.{f}" for f in ("disk_mb", "arrays_mb", "whole_peak_rss_mb", "whole_rss_over_disk", "budget_mb",
-                                      "pieces_peak_rss_mb", "pieces_over_whole", "budget_over_whole", "pieces_equal_whole")}
+                                      "pieces_peak_rss_mb", "pieces_over_whole", "budget_over_whole", "pieces_equal_whole",
+                                      "baseline_mb", "all_policy_peak_rss_mb", "all_policy_beyond_baseline_over_disk")}
     return names
 
 

@@ -313,3 +313,22 @@ def test_a_profile_file_can_name_a_base_and_hold_only_what_it_changes(tmp_path):
     loop.write_text(json.dumps({"base": str(loop)}))
     bad = subprocess.run([*args[:-1], str(loop)], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert bad.returncode == 2 and "base must name another serving profile" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("model,placement", [("deepseek-v3.1", "ep:8"), ("deepseek-v3.1", "tp:2+ep:4"),
+                                             ("qwen3-30b-a3b", "cpu-moe:20"), ("qwen3-30b-a3b", "offload:32")])
+def test_steps_priced_a_block_at_a_time_are_priced_as_one(model, placement, monkeypatch):
+    """Blocks bound the (steps, layers, groups) temporaries and change no float."""
+    import ecosim.cost as cost_module
+    from ecosim.catalog.hosts import load_host
+
+    m = get_model(model)
+    c = CostModel(m, get_device("h200"), parse_placement(placement), CostConfig(host=load_host("epyc-9654-1s")), tree_depth=4)
+    rng = np.random.default_rng(0)
+    groups = c.placement.groups
+    union = rng.integers(0, m.num_experts // groups + 1, (50, m.num_moe_layers, groups))
+    tokens = rng.integers(1, 40, 50)
+    misses = rng.integers(0, 5, (50, m.num_moe_layers)) if c.placement.stateful else None
+    whole = c.layer_times(union, tokens, misses)
+    monkeypatch.setattr(cost_module, "PRICE_BLOCK", m.num_moe_layers * groups * 3)  # 3 steps a block: 17 blocks
+    assert np.array_equal(c.layer_times(union, tokens, misses), whole)

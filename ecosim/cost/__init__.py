@@ -59,6 +59,8 @@ from ecosim.placements import Hbm, Placement
 __all__ = ["ACT_BYTES", "NOT_MODELLED", "CostConfig", "CostModel", "Terms", "cost_doc", "host_layer_times"]
 
 
+PRICE_BLOCK = 1 << 20  # (step, layer, group) entries priced at a time: bounded temporaries
+
 # The costs the model leaves out; printed with every replay so nobody mistakes them for modelled.
 NOT_MODELLED = (
     "kernel time beyond a fixed latency per kernel and the bytes and FLOPs it moves",
@@ -249,8 +251,22 @@ class CostModel:
         collectives, and (offload) the copy of the layer's misses before it.
 
         `union` is (steps, layers) distinct experts read, or (steps, layers, groups);
-        `misses` (steps, layers) experts copied over PCIe under offload.
+        `misses` (steps, layers) experts copied over PCIe under offload. Priced a block of steps
+        at a time, so the (steps, layers, groups) float temporaries stay bounded (a whole trace's
+        steps under ep:8 made several of them, each larger than the routing); every entry is
+        priced elementwise, so blocks change no float.
         """
+        n = len(tokens)
+        block = max(1, PRICE_BLOCK // max(1, int(np.prod(union.shape[1:]))))
+        if n <= block:
+            return self._layer_times(union, tokens, misses)
+        out = np.empty((n, union.shape[1]))
+        for a in range(0, n, block):
+            b = min(a + block, n)
+            out[a:b] = self._layer_times(union[a:b], tokens[a:b], None if misses is None else misses[a:b])
+        return out
+
+    def _layer_times(self, union: np.ndarray, tokens: np.ndarray, misses: np.ndarray | None) -> np.ndarray:
         per_group = union if union.ndim == 3 else union[..., None]
         t = self._device_layer_times(per_group, tokens).max(axis=-1) + self.collective_time(tokens)[:, None]
         if self.host_mask is not None:  # the host's layers (cpu-moe[:N], cpu): one group, priced by host_cost
