@@ -1,6 +1,6 @@
 """The baseline policies' choices worked by hand: EVICT keeps the most cost-effective prefix, the cascade turns
 speculation off below unit utility, and the engine presets (EAGLE tree, vLLM chain) select what the engine
-would verify on the hand-built trace.
+would verify on the hand-built trace; EVICT's profile on a few positions answers as one of every position.
 """
 
 from __future__ import annotations
@@ -8,11 +8,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import hand_trace
+from conftest import ROOT, hand_trace
+from ecosim.catalog.devices import get_device
+from ecosim.cost import CostConfig
+from ecosim.placements import parse_placement
+from ecosim.policies import PolicySpec, evict
 from ecosim.policies.cascade import cascade_choice, utility
 from ecosim.policies.evict import evict_prefix
 from ecosim.policies.presets import chain, eagle_tree
-from ecosim.trace.io import read_trace
+from ecosim.replay import TraceReplay
+from ecosim.simulate import cost_model
+from ecosim.trace.io import find_traces, read_trace
 from ecosim.tree import Trees
 
 
@@ -53,15 +59,6 @@ def test_presets_select_what_the_engine_would_verify(write):
 def test_evicts_profile_on_a_few_positions_answers_as_profiling_every_one(placement, monkeypatch):
     """C(k) is measured on PROFILE_STEPS positions, as an offline profile is: on every committed
     trace evict's time per token is within 1% of what a profile of every position gives."""
-    from conftest import ROOT
-    from ecosim.catalog.devices import get_device
-    from ecosim.cost import CostConfig
-    from ecosim.placements import parse_placement
-    from ecosim.policies import PolicySpec, evict
-    from ecosim.replay import TraceReplay
-    from ecosim.simulate import cost_model
-    from ecosim.trace.io import find_traces
-
     for path in sorted(find_traces([str(ROOT / "traces")])):
         trace = read_trace(path)
         assert trace.n_trees > evict.PROFILE_STEPS  # a sample, not the whole trace
