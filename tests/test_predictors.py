@@ -102,6 +102,10 @@ def test_training_rows_never_include_a_held_out_request(traces: dict[str, Path])
     assert len(np.unique(data.unit)) == len(tr)
     held_tokens = t.nodes["token"][request_mask(t, ho)]
     assert len(data) + len(held_tokens) == len(t.nodes["token"])
+    # the labels stay where they lie in the trace's routing (no copy of the training rows' experts)
+    source, rows = data.labels()
+    assert np.shares_memory(source, t.experts_3d()) and len(rows) == len(data)
+    assert np.array_equal(data.experts, t.experts_3d()[request_mask(t, tr)])
 
 
 def test_on_the_fly_kinds_never_see_the_request_they_predict(traces: dict[str, Path]) -> None:

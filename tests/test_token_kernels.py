@@ -73,6 +73,25 @@ def test_fit_and_top_k_equal_the_dense_definitions(shape: tuple[int, ...], width
         assert np.array_equal(lean.tokens, table.tokens) and np.array_equal(lean.prior, table.prior)
 
 
+@settings(deadline=None, max_examples=40)
+@given(shapes, st.integers(1, 20), st.integers(0, 2**16))
+def test_labels_read_in_place_fit_what_their_copy_fits(shape: tuple[int, ...], width: int, pick_seed: int) -> None:
+    """The k-fold fits read the other folds' labels where they lie (`rows` of the trace's routing):
+    the same table, sets and prior as fitting a copy of those rows."""
+    seed, n, L, E, k, vocab = shape
+    k = min(k, E)
+    token, experts = routing(seed, n, L, E, k, vocab)
+    rows = np.sort(np.random.default_rng(pick_seed).permutation(n)[: max(1, n // 2)])
+    copied = TokenTable.fit(token[rows], experts[rows], E, width, 1.0)
+    in_place = TokenTable.fit(token[rows], experts, E, width, 1.0, rows=rows)
+    for name in ("tokens", "n", "ids", "counts", "prior"):
+        assert np.array_equal(getattr(in_place, name), getattr(copied, name)), name
+    _, want = TokenTable.fit_top_k(token[rows], experts[rows], E, width, 1.0, k, block=3)
+    lean, got = TokenTable.fit_top_k(token[rows], experts, E, width, 1.0, k, block=3, rows=rows)
+    assert np.array_equal(got, want) and np.array_equal(lean.prior, copied.prior)
+    assert np.array_equal(expert_prior(experts, E, rows), expert_prior(experts[rows], E))
+
+
 def test_top_k_breaks_exact_ties_to_the_lower_id() -> None:
     """A uniform prior and one counted expert: every other expert ties, the lowest ids fill the set."""
     token = np.zeros(3, dtype=np.int64)

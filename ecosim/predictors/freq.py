@@ -13,12 +13,13 @@ import numpy as np
 from ecosim.predictors.base import Candidates, ScoringPredictor, Selection, Shape
 
 
-def expert_prior(experts: np.ndarray, num_experts: int) -> np.ndarray:
-    """(rows, layers, k) true experts -> (layers, E) float64 share of the top-k slots each expert took."""
+def expert_prior(experts: np.ndarray, num_experts: int, rows: np.ndarray | None = None) -> np.ndarray:
+    """(rows, layers, k) true experts (read at `rows` when given) -> (layers, E) float64 share of the
+    top-k slots each expert took."""
     L = experts.shape[1]
     counts = np.zeros((L, num_experts), dtype=np.float64)
     for layer in range(L):
-        e = experts[:, layer, :].ravel()
+        e = (experts[:, layer, :] if rows is None else experts[rows, layer, :]).ravel()
         counts[layer] = np.bincount(e[e >= 0], minlength=num_experts)[:num_experts]
     return prior_of_counts(counts)
 
@@ -43,8 +44,10 @@ class FreqPredictor(ScoringPredictor):
         self._picked: tuple[Selection, np.ndarray] | None = None
 
     @classmethod
-    def fit(cls, shape: Shape, experts: np.ndarray, selection: Selection = Selection(), **_: Any) -> FreqPredictor:
-        return cls(shape, expert_prior(experts, shape.num_experts), selection)
+    def fit(cls, shape: Shape, experts: np.ndarray, rows: np.ndarray | None = None, selection: Selection = Selection(),
+            **_: Any) -> FreqPredictor:
+        """Fitted on `experts` (read at `rows` when given: the training rows' labels in place)."""
+        return cls(shape, expert_prior(experts, shape.num_experts, rows), selection)
 
     def scores(self, cands: Candidates) -> np.ndarray:
         return np.broadcast_to(self.prior, (len(cands), *self.prior.shape)).copy()

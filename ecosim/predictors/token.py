@@ -40,12 +40,14 @@ class TokenTable:
     top_k: int
 
     @classmethod
-    def fit(cls, token: np.ndarray, experts: np.ndarray, num_experts: int, width: int, alpha: float) -> TokenTable:
-        n_rows, L, k = experts.shape
+    def fit(cls, token: np.ndarray, experts: np.ndarray, num_experts: int, width: int, alpha: float,
+            rows: np.ndarray | None = None) -> TokenTable:
+        """Counted from the labels `experts` (read at `rows` when given, one per token: in place)."""
+        _, L, k = experts.shape
         E = num_experts
         width = min(width, E)
         uniq, inv, n = np.unique(token.astype(np.int64), return_inverse=True, return_counts=True)
-        order = np.argsort(inv, kind="stable")
+        order = _in_place(np.argsort(inv, kind="stable"), rows)
         bounds = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
         ids, counts, slots = count_top(order, bounds, np.ascontiguousarray(experts, dtype=np.int16), E, width)
         prior = prior_of_counts(slots).astype(np.float32)  # expert_prior(experts, E), from the same pass
@@ -53,17 +55,19 @@ class TokenTable:
 
     @classmethod
     def fit_top_k(cls, token: np.ndarray, experts: np.ndarray, num_experts: int, width: int, alpha: float, k: int,
-                  block: int = 256) -> tuple[TokenTable, np.ndarray]:
+                  block: int = 256, rows: np.ndarray | None = None) -> tuple[TokenTable, np.ndarray]:
         """`fit`, then `top_k_ids` of every token (and first of an unseen one), `block` tokens at a
         time: one block's counts exist at once, never the whole table's. The table returned keeps
         no counts (empty `ids`, `counts`): it looks tokens up, for a model that only selects."""
         _, L, top_k = experts.shape
         width = min(width, num_experts)
         uniq, inv, n = np.unique(token.astype(np.int64), return_inverse=True, return_counts=True)
-        order = np.argsort(inv, kind="stable")
+        order = _in_place(np.argsort(inv, kind="stable"), rows)
         bounds = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
         ex = np.ascontiguousarray(experts, dtype=np.int16)
-        prior = prior_of_counts(slot_counts(ex, num_experts)).astype(np.float32)  # count_top's totals, first
+        # count_top's totals, first: every label row, in row order
+        every = np.arange(len(ex), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+        prior = prior_of_counts(slot_counts(ex, every, num_experts)).astype(np.float32)
         n = n.astype(np.float32)
         picked = np.empty((len(uniq) + 1, L, min(k, num_experts)), dtype=np.int16)
         for a in range(0, len(uniq), block):
@@ -114,6 +118,11 @@ class TokenTable:
         return out
 
 
+def _in_place(order: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    """Label indices in `order` as rows of the routing they are read from."""
+    return order if rows is None else np.asarray(rows, dtype=np.int64)[order]
+
+
 class TokenPredictor(ScoringPredictor):
     """Expert frequencies conditioned on the token, backed off to `freq` for rare tokens."""
 
@@ -128,17 +137,19 @@ class TokenPredictor(ScoringPredictor):
 
     @classmethod
     def fit(cls, shape: Shape, experts: np.ndarray, token: np.ndarray, selection: Selection = Selection(),
-            alpha: float = 1.0, width: int | None = None, selection_only: bool = False, **_: Any) -> TokenPredictor:
+            alpha: float = 1.0, width: int | None = None, selection_only: bool = False, rows: np.ndarray | None = None,
+            **_: Any) -> TokenPredictor:
         """`selection_only`: a model that will only select (`for_selection_only`), fitted and
-        prepared a block of tokens at a time (TokenTable.fit_top_k) where its selection is a top-k."""
+        prepared a block of tokens at a time (TokenTable.fit_top_k) where its selection is a top-k.
+        `rows`: the labels are `experts[rows]`, read in place (one row per token)."""
         width = width or 2 * shape.top_k
         if selection_only and selection.mass is None and alpha > 0 and len(token):
             k = selection.width(shape.num_experts, shape.top_k)
-            table, picked = TokenTable.fit_top_k(token, experts, shape.num_experts, width, alpha, k)
+            table, picked = TokenTable.fit_top_k(token, experts, shape.num_experts, width, alpha, k, rows=rows)
             model = cls(shape, table, selection)
             model._picked = (selection, picked)
             return model
-        model = cls(shape, TokenTable.fit(token, experts, shape.num_experts, width, alpha), selection)
+        model = cls(shape, TokenTable.fit(token, experts, shape.num_experts, width, alpha, rows=rows), selection)
         if selection_only:
             model.for_selection_only()
         return model

@@ -157,11 +157,11 @@ def pick_top_k(idx, n, ids, counts, prior, prior_order, plan, alpha, top_k, k): 
 
 
 @njit(cache=True)
-def slot_counts(experts, num_experts):  # pragma: no cover - compiled
-    """(layers, experts) top-k slots each expert takes over all rows (pads skipped): the prior's counts."""
+def slot_counts(experts, rows, num_experts):  # pragma: no cover - compiled
+    """(layers, experts) top-k slots each expert takes over the rows `rows` (pads skipped): the prior's counts."""
     _, L, k = experts.shape
     out = np.zeros((L, num_experts), dtype=np.int64)
-    for r in range(experts.shape[0]):
+    for r in rows:
         for layer in range(L):
             for s in range(k):
                 e = experts[r, layer, s]

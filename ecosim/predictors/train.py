@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -26,15 +27,31 @@ PREV_KINDS = ("context",)  # the kinds that read the previous position's true ex
 
 @dataclass
 class TrainingRows:
-    """Node rows to learn from, with the draft-side features and the true routing (the label)."""
+    """Node rows to learn from, with the draft-side features and the true routing (the label).
+
+    The label is read in place where it can be: `source[label_rows]` (`label_rows` None: `source`
+    itself). A kind that counts (freq, token) reads it there (`labels`); `experts` gathers it into
+    one array for a kind that indexes it (context). The k-fold fits train on the other folds'
+    requests, rows spread over the trace: gathering their routing copied three quarters of it
+    for every fold."""
 
     token: np.ndarray  # (N,) int64
     parent_token: np.ndarray  # (N,) int64, -1 unknown
     depth: np.ndarray  # (N,) int64
-    experts: np.ndarray  # (N, L, k) int16: the label
+    source: np.ndarray  # (rows, L, k) int16: routing the labels are rows of
+    label_rows: np.ndarray | None  # (N,) rows of `source` that are the labels, in order; None: all of it
     prev_experts: np.ndarray  # (N, L, k) int16: previous position's true experts, -1 at pos 0
     unit: np.ndarray  # (N,) int64: index of the (trace, request) the row comes from
     parent: np.ndarray  # (N,) int64: index (into these rows) of the parent, -1 for roots
+
+    def labels(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """(source, rows): the (N, L, k) int16 labels are `source[rows]` (all of `source` when None)."""
+        return self.source, self.label_rows
+
+    @cached_property
+    def experts(self) -> np.ndarray:
+        """(N, L, k) int16: the labels as one array (a copy where they are not one run of the source)."""
+        return self.source if self.label_rows is None else self.source[self.label_rows]
 
     def __len__(self) -> int:
         return len(self.token)
@@ -48,6 +65,7 @@ class TrainingRows:
         kind writes its training rows); `prev=False` (a kind that does not read the previous
         position's experts: not in PREV_KINDS) leaves `prev_experts` -1 everywhere, as a view."""
         cols: dict[str, list[np.ndarray]] = {k: [] for k in ("token", "parent_token", "depth", "experts", "prev_experts", "unit", "parent")}
+        where: tuple[np.ndarray, np.ndarray] | None = None  # one part's (routing, rows): its labels read in place
         next_unit, offset = 0, 0
         for trace, mask in parts:
             v = draft_view(trace)
@@ -62,14 +80,20 @@ class TrainingRows:
             cols["parent_token"].append(v.parent_token[rows])
             cols["depth"].append(v.depth[rows])
             contiguous = len(rows) and rows[-1] - rows[0] + 1 == len(rows)  # one run of rows: a view, not a copy
-            cols["experts"].append(_read_only(true[rows[0] : rows[-1] + 1]) if contiguous else true[rows])
+            if len(parts) == 1 and not contiguous:
+                where = (_read_only(true), rows)
+            else:
+                cols["experts"].append(_read_only(true[rows[0] : rows[-1] + 1]) if contiguous else true[rows])
             cols["prev_experts"].append(np.where((prev_row >= 0)[:, None, None], true[np.maximum(prev_row, 0)], np.int16(-1))
                                         if prev else np.broadcast_to(np.int16(-1), (len(rows), *true.shape[1:])))
             _, unit = np.unique(v.request[rows], return_inverse=True)
             cols["unit"].append(unit.astype(np.int64) + next_unit)
             next_unit += int(unit.max(initial=-1)) + 1
+        labels = cols.pop("experts")
         joined = {k: np.concatenate(v) if len(v) != 1 else v[0] for k, v in cols.items()}
-        return cls(**joined)
+        if where is not None:
+            return cls(**joined, source=where[0], label_rows=where[1])
+        return cls(**joined, source=np.concatenate(labels) if len(labels) != 1 else labels[0], label_rows=None)
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
@@ -111,10 +135,11 @@ def fit(kind: str, shape: Shape, data: TrainingRows, selection: Selection = Sele
         raise EcoSimError("no training rows")
     if kind == "freq":
         from ecosim.predictors.freq import FreqPredictor
-        return FreqPredictor.fit(shape, data.experts, selection)
+        return FreqPredictor.fit(shape, *data.labels(), selection=selection)
     if kind == "token":
         from ecosim.predictors.token import TokenPredictor
-        return TokenPredictor.fit(shape, data.experts, data.token, selection, selection_only=selection_only,
+        source, rows = data.labels()
+        return TokenPredictor.fit(shape, source, data.token, selection, selection_only=selection_only, rows=rows,
                                   **_pick(options, "alpha", "width"))
     if kind == "context":
         from ecosim.predictors.context_fit import fit_context
