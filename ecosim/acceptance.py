@@ -80,10 +80,11 @@ def _sibling_rank(start, n_nodes, parent, lp):
             if b - a <= 32:
                 for i in range(a, b):
                     x, r = kids[i], 0
-                    for j in range(a, b):
+                    lx = lp[s0 + x]
+                    for j in range(a, b):  # siblings ahead of x, counted without a branch
                         y = kids[j]
-                        if lp[s0 + y] > lp[s0 + x] or (lp[s0 + y] == lp[s0 + x] and y < x):
-                            r += 1
+                        ly = lp[s0 + y]
+                        r += (ly > lx) | ((ly == lx) & (y < x))
                     rank[s0 + x] = r
             else:
                 fam = kids[a:b]
@@ -245,8 +246,7 @@ def rescale_trees(trees: Trees, value: np.ndarray, fold: np.ndarray, n_folds: in
     (V says nothing about a tree) every tree is worth the trace's mean. Scaling a tree's values by
     one factor keeps the order of its nodes, so only how much a tree is worth changes, not which
     of its nodes come first; a prefix's value is taken to scale with its tree's (an assumption)."""
-    nonroot = trees.depth > 0
-    v = np.bincount(trees.tree_of_row[nonroot], value[nonroot], trees.n_trees)
+    v = _tree_sums(value, trees.depth, trees.tree_of_row, trees.n_trees)
     a_obs = trees.accept_len.astype(np.float64)
     tree_fold = fold[trees.start]
     scale = np.ones(trees.n_trees)
@@ -261,8 +261,26 @@ def rescale_trees(trees: Trees, value: np.ndarray, fold: np.ndarray, n_folds: in
         mine = (tree_fold == f) & (v > 0)
         scale[mine] = np.maximum(a + b * v[mine], 0.0) / v[mine]
         slopes.append(b)
-    value[nonroot] *= scale[trees.tree_of_row[nonroot]]
+    _scale_rows(value, trees.depth, trees.tree_of_row, scale)
     return float(np.mean(slopes)) if slopes else 1.0
+
+
+@njit(cache=True)
+def _tree_sums(value, depth, tree_of_row, n_trees):
+    """Per tree, the sum of its non-root rows' values, added in row order (np.bincount's order)."""
+    v = np.zeros(n_trees)
+    for x in range(len(value)):
+        if depth[x] > 0:
+            v[tree_of_row[x]] += value[x]
+    return v
+
+
+@njit(cache=True)
+def _scale_rows(value, depth, tree_of_row, scale):
+    """value[x] *= scale[tree of x] for the non-root rows, in place."""
+    for x in range(len(value)):
+        if depth[x] > 0:
+            value[x] *= scale[tree_of_row[x]]
 
 
 def calibrate(trees: Trees, folds: int = FOLDS, seed: int = 0) -> Calibration:
@@ -293,8 +311,8 @@ def _out_of_fold(depth, rank, lp, fold, rates, edges):
     for x in range(len(lp)):
         if depth[x] > 0:
             f, b = fold[x], 0
-            while b < edges.shape[1] and edges[f, b] <= lp[x]:
-                b += 1
+            for j in range(edges.shape[1]):  # sorted edges: the count at or below is the bin (no early exit, no branch)
+                b += edges[f, j] <= lp[x]
             out[x] = rates[f, min(depth[x], MAX_DEPTH), min(rank[x], MAX_RANK), b]
     return out
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import TINY, tiny_trace
-from ecosim.acceptance import AcceptanceModel, _sibling_rank, calibrate, calibration_error, fold_of_rows, sibling_rank
+from ecosim.acceptance import (AcceptanceModel, _sibling_rank, _tree_sums, calibrate, calibration_error, fold_of_rows,
+                               sibling_rank)
 from ecosim.trace.io import read_trace
 from ecosim.tree import Trees
 
@@ -80,6 +81,17 @@ def test_each_row_is_valued_by_its_own_folds_model(write, seed, requests):
     cal = calibrate(t)
     assert np.array_equal(cal.conditional, want)
     assert cal.in_sample == (requests == 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(forest(), st.integers(0, 2**16))
+def test_tree_sums_add_as_bincount_adds(f, seed):
+    start, n_nodes, parent, _ = f
+    depth = (parent >= 0).astype(np.int64)  # roots 0, the rest counted
+    tree = np.repeat(np.arange(len(n_nodes)), n_nodes)
+    value = np.random.default_rng(seed).random(len(parent))
+    want = np.bincount(tree[depth > 0], value[depth > 0], len(n_nodes))
+    assert np.array_equal(_tree_sums(value, depth, tree, len(n_nodes)), want)
 
 
 def test_calibration_error_by_hand():
