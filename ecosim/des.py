@@ -2,9 +2,10 @@
 
 It runs the same steps as the fast engine (a request's trajectory does not depend on batching)
 but as events on timelines:
-- requests arrive (one after another, all at once, Poisson, or from a file) and a server batches
-  up to `max_batch` active requests into one verification forward whose per-layer union is taken
-  over all of them;
+- requests arrive (one after another, all at once, Poisson, from a file, or from N clients that
+  each send their next request when the last one ends: `concurrency:N`, how users benchmark a
+  server) and a server batches up to `max_batch` active requests into one verification forward
+  whose per-layer union is taken over all of them;
 - each MoE layer runs on every device at once (ep:N: per-device timelines, the layer ends with
   the slowest device, then the all-to-all);
 - under offload a copy engine brings each layer's misses over PCIe; with `prefetch` it runs
@@ -25,7 +26,6 @@ both), at about the fast engine's speed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import simpy
@@ -33,9 +33,8 @@ from numba import njit
 
 from ecosim import bitsets
 from ecosim.cost import CostModel, host_layer_times
-from ecosim import gate
+from ecosim.arrivals import arrival_times, clients
 from ecosim.errors import EcoSimError
-from ecosim.gate.profiles import ARRIVALS
 from ecosim.metrics import Row
 from ecosim.policies import PolicySpec
 from ecosim.replay import TraceReplay
@@ -47,7 +46,7 @@ from ecosim.trace.io import Trace
 class DesConfig:
     """How requests arrive and share the device; each field is an `ecosim replay` option."""
 
-    arrivals: str = "sequential"  # sequential | together | poisson:RATE (requests/s) | FILE (JSON list of seconds)
+    arrivals: str = "sequential"  # sequential | together | poisson:RATE (requests/s) | concurrency:N | FILE (JSON list of seconds)
     max_batch: int = 1
     prefetch: bool = False
     seed: int = 0
@@ -56,7 +55,13 @@ class DesConfig:
     @property
     def interleaves(self) -> bool:
         """Whether two requests can share a forward: a batch, with arrivals that let two be active."""
-        return self.max_batch > 1 and self.arrivals != "sequential"
+        return self.max_batch > 1 and self.arrivals != "sequential" and clients(self.arrivals) != 1
+
+    @property
+    def closed_loop(self) -> bool:
+        """Clients that wait for a request's end before sending the next: served as events (a
+        queue forms behind a batch of one too)."""
+        return (clients(self.arrivals) or 1) > 1
 
 
 # Time to first token needs the prefill's cost; a trace records the decoded positions only (no
@@ -64,9 +69,9 @@ class DesConfig:
 TTFT_NOT_MODELLED = "not modelled (the trace records no routing of the prompt, so prefill is not priced)"
 
 
-def _percentiles(x: list[float]) -> dict[str, float]:
+def _percentiles(x: list[float], qs: tuple[int, ...] = (50, 90, 99)) -> dict[str, float]:
     a = np.asarray(x, dtype=np.float64) if x else np.zeros(1)
-    return {f"p{q}": float(np.percentile(a, q)) for q in (50, 90, 99)}
+    return {f"p{q}": float(np.percentile(a, q)) for q in qs}
 
 
 @dataclass
@@ -78,6 +83,7 @@ class DesResult:
     forwards: int = 0  # verification forwards (a batched forward verifies several requests)
     first_step_s: list[float] = field(default_factory=list)  # per request: arrival -> end of its first step
     inter_token_s: list[float] = field(default_factory=list)  # one sample per token after a request's first step
+    request_tokens: list[int] = field(default_factory=list)  # per request (as latencies_s): tokens it generated
 
     def serving(self) -> dict[str, object]:
         """The serving metrics of ecosim/metrics.py (README "Metrics"), as printed and in --json."""
@@ -89,32 +95,12 @@ class DesResult:
             "request_latency_s": _percentiles(self.latencies_s),
             "first_step_latency_s": _percentiles(self.first_step_s),
             "inter_token_latency_s": _percentiles(self.inter_token_s),
+            # what users report as a request's speed: its tokens over its time from sent to done;
+            # the slow end (p10, p1) is the one a service level is about
+            "request_tokens_per_s": _percentiles([n / t for n, t in zip(self.request_tokens, self.latencies_s) if t > 0],
+                                                 (50, 10, 1)),
             "ttft_s": TTFT_NOT_MODELLED,
         }
-
-
-def arrival_times(text: str, n: int, seed: int) -> list[float] | None:
-    """Arrival time of each request; None means each arrives when the previous one finishes."""
-    if text == "sequential":
-        return None
-    if text == "together":
-        return [0.0] * n
-    if text.startswith("poisson:"):
-        try:
-            rate = float(text.split(":", 1)[1])
-        except ValueError:
-            rate = -1.0
-        if not np.isfinite(rate) or rate <= 0:
-            raise EcoSimError(f"--arrivals {text!r}: the rate must be a positive number of requests per second")
-        gaps = np.random.default_rng(seed).exponential(1.0 / rate, n)
-        return np.concatenate([[0.0], np.cumsum(gaps[1:])]).tolist()
-    path = Path(text)
-    if not path.is_file():
-        raise EcoSimError(f"--arrivals {text!r}: expected sequential, together, poisson:RATE or a JSON file of arrival seconds")
-    times = gate.load(ARRIVALS, path)  # finite, non-negative seconds (ecosim/gate/profiles.py)
-    if len(times) < n:
-        raise EcoSimError(f"{path}: {len(times)} arrival times; expected a JSON list of at least {n} (one per request)")
-    return [float(t) for t in times[:n]]
 
 
 class _Server:
@@ -130,7 +116,8 @@ class _Server:
         self.copy_engine = simpy.Resource(env, capacity=1)
         self.steps = steps
         ids = [int(r["request_id"]) for r in replay.trace.manifest["requests"]]
-        self.queue = {rid: list(np.flatnonzero(steps.request == rid)) for rid in ids}
+        self.steps_of = {rid: np.flatnonzero(steps.request == rid) for rid in ids}
+        self.queue = {rid: list(q) for rid, q in self.steps_of.items()}
         self.order = [rid for rid in ids if self.queue[rid]]
         self.active: list[int] = []
         self.wake = env.event()
@@ -272,11 +259,12 @@ def des_run(replay: TraceReplay, spec: PolicySpec, cost: CostModel, cfg: DesConf
     if cfg.max_batch < 1:
         raise EcoSimError(f"--max-batch must be >= 1, got {cfg.max_batch}")
     steps = replay.steps(spec, cost)
-    if not (cfg.timeline or cfg.interleaves or (cost.placement.stateful and cfg.prefetch)):
+    n_clients = clients(cfg.arrivals)
+    if not (cfg.timeline or cfg.interleaves or cfg.closed_loop or (cost.placement.stateful and cfg.prefetch)):
         return _one_at_a_time(replay, steps, cost, cfg)
     env = simpy.Environment()
     server = _Server(env, replay, steps, cost, cfg)
-    times = arrival_times(cfg.arrivals, len(server.order), cfg.seed)
+    times = None if n_clients else arrival_times(cfg.arrivals, len(server.order), cfg.seed)
 
     def sequential():
         for rid in server.order:
@@ -288,8 +276,17 @@ def des_run(replay: TraceReplay, spec: PolicySpec, cost: CostModel, cfg: DesConf
                 yield env.timeout(t - env.now)
             server.arrive(rid)
 
+    pending = iter(server.order)
+
+    def client():  # sends its next request when its last one ends (the clients share one queue)
+        for rid in pending:
+            yield server.arrive(rid)
+
     env.process(server.serve())
-    if times is None:
+    if n_clients:
+        for _ in range(min(n_clients, len(server.order))):
+            env.process(client())
+    elif times is None:
         env.process(sequential())
     else:
         env.process(scheduled(times))
@@ -299,7 +296,8 @@ def des_run(replay: TraceReplay, spec: PolicySpec, cost: CostModel, cfg: DesConf
                    draft_s=float(np.sum(server.drafts)), draft_levels=server.draft_levels)
     latencies = [server.finished[r] - server.arrived[r] for r in server.order]
     return DesResult(row, latencies, float(env.now), server.events, server.n_steps,
-                     [server.first_step[r] for r in server.order], server.inter_token)
+                     [server.first_step[r] for r in server.order], server.inter_token,
+                     [int(steps.tokens[server.steps_of[r]].sum()) for r in server.order])
 
 
 def _one_at_a_time(replay: TraceReplay, steps: Steps, cost: CostModel, cfg: DesConfig) -> DesResult:
@@ -351,7 +349,8 @@ def _one_at_a_time(replay: TraceReplay, steps: Steps, cost: CostModel, cfg: DesC
     by_request = dict(zip(served, zip(arrived, end[first], end[last])))
     return DesResult(row, [float(by_request[r][2] - by_request[r][0]) for r in order],
                      float(end[-1]) if len(end) else 0.0, [], len(idx),
-                     [float(by_request[r][1] - by_request[r][0]) for r in order], inter_token)
+                     [float(by_request[r][1] - by_request[r][0]) for r in order], inter_token,
+                     [int(steps.tokens[queues[r]].sum()) for r in order])
 
 
 @njit(cache=True)

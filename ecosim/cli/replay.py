@@ -89,7 +89,8 @@ def replay(
     devices: Devices = None,
     cost: dict[str, str | None] | None = None,
     engine: Annotated[str, typer.Option(help="fast (vectorised numpy) or des (simpy events: batching, prefetch, per-device timelines).")] = "fast",
-    arrivals: Annotated[str, typer.Option(help="des only: sequential, together, poisson:RATE (requests/s) or a JSON file of arrival seconds.")] = "sequential",
+    concurrency: Annotated[int | None, typer.Option(min=1, max=1 << 20, help="N clients, each sending its next request when its last one ends, served with continuous batching: the event engine with --arrivals concurrency:N and --max-batch N. Adds per-request tokens/s and inter-token latency, as users report them.")] = None,
+    arrivals: Annotated[str, typer.Option(help="des only: sequential, together, poisson:RATE (requests/s), concurrency:N (N clients, closed loop) or a JSON file of arrival seconds.")] = "sequential",
     max_batch: Annotated[int, typer.Option(min=1, help="des only: requests verified together in one step (requests must be active together to share one: with the default sequential arrivals only one is, so it batches nothing).")] = 1,
     prefetch: Annotated[bool, typer.Option(help="des only, offload: copy the next layer's misses while this layer computes.")] = False,
     timeline: Annotated[Path | None, typer.Option(help="des only: write a Chrome/Perfetto trace of the first trace's timeline to FILE.")] = None,
@@ -112,6 +113,12 @@ def replay(
     names = [registry.get(p).name for p in listed(policy, "--policy")] or list(registry.names())
     if engine not in ("fast", "des"):
         fail(f"--engine must be fast or des, got {engine!r}")
+    if concurrency is not None:
+        if arrivals != "sequential" or max_batch != 1:
+            fail("--concurrency N sets --arrivals concurrency:N and --max-batch N: give one or the others")
+        if engine == "fast" and max_memory:
+            fail("--concurrency runs the event engine, which replays whole traces: drop --max-memory")
+        engine, arrivals, max_batch = "des", f"concurrency:{concurrency}", concurrency
     if engine == "fast" and (timeline or prefetch or max_batch > 1 or arrivals != "sequential"):
         fail("--timeline, --prefetch, --max-batch and --arrivals need --engine des")
     check_plot(plot)
@@ -244,7 +251,9 @@ def serving_text(key: str, s: dict[str, object]) -> str:
     """One line of the des engine's serving metrics (ecosim/metrics.py defines them)."""
     itl = s["inter_token_latency_s"]
     ftl = s["first_step_latency_s"]
+    per = s["request_tokens_per_s"]
     return (f"serving {key}: {s['throughput_tokens_per_s']:.4g} tokens/s, {s['throughput_requests_per_s']:.4g} requests/s, "
-            f"{s['forwards']} forwards; inter-token latency p50/p90/p99 {itl['p50'] * 1e3:.4g}/{itl['p90'] * 1e3:.4g}/"  # type: ignore[index]
+            f"{s['forwards']} forwards; per request p50/p10/p1 {per['p50']:.4g}/{per['p10']:.4g}/{per['p1']:.4g} tokens/s; "  # type: ignore[index]
+            f"inter-token latency p50/p90/p99 {itl['p50'] * 1e3:.4g}/{itl['p90'] * 1e3:.4g}/"  # type: ignore[index]
             f"{itl['p99'] * 1e3:.4g} ms; first decode step p50/p90/p99 {ftl['p50'] * 1e3:.4g}/{ftl['p90'] * 1e3:.4g}/"  # type: ignore[index]
             f"{ftl['p99'] * 1e3:.4g} ms; TTFT {s['ttft_s']}")  # type: ignore[index]
