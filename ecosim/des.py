@@ -256,9 +256,13 @@ def des_run(replay: TraceReplay, spec: PolicySpec, cost: CostModel, cfg: DesConf
     """Replay one policy over one trace on the event engine."""
     if spec.policy.is_bound:
         raise EcoSimError(f"{spec.name} is a bound computed by dynamic programming; use --engine fast for it")
+    return des_steps(replay, replay.steps(spec, cost), cost, cfg)
+
+
+def des_steps(replay: TraceReplay, steps: Steps, cost: CostModel, cfg: DesConfig = DesConfig()) -> DesResult:
+    """Serve the steps of one selection (a policy's, or a static tree's: TraceReplay.selection_steps)."""
     if cfg.max_batch < 1:
         raise EcoSimError(f"--max-batch must be >= 1, got {cfg.max_batch}")
-    steps = replay.steps(spec, cost)
     n_clients = clients(cfg.arrivals)
     if not (cfg.timeline or cfg.interleaves or cfg.closed_loop or (cost.placement.stateful and cfg.prefetch)):
         return _one_at_a_time(replay, steps, cost, cfg)

@@ -161,15 +161,18 @@ class TraceReplay:
         return TraceReplay(self.trace, self.predictors, self.memo.share(TRACE, ROWS), self._trees)
 
     def run_selection(self, selected: np.ndarray, cost: CostModel) -> Row:
-        """Totals of a selection given as a mask over node rows (a static tree a caller built), a
-        step drafting all the setting's steps wherever it verifies more than the root."""
+        """Totals of a selection given as a mask over node rows (a static tree a caller built)."""
+        return summarize(self, self.selection_steps(selected), cost)
+
+    def selection_steps(self, selected: np.ndarray) -> Steps:
+        """The steps of a selection given as a mask over node rows, a step drafting all the
+        setting's steps wherever it verifies more than the root (either engine prices them)."""
         t = self.trees
         accept = t.selected_accept_len(selected)
         visited = walk(t, accept)
         count = t.selected_count(selected)[visited]
         drafted = np.where(count > 1, ALL_STEPS, 0.0)
-        steps = self._make_steps(visited, accept[visited], count, union_bits(self.trace, t, selected, visited), drafted)
-        return summarize(self, steps, cost)
+        return self._make_steps(visited, accept[visited], count, union_bits(self.trace, t, selected, visited), drafted)
 
     def unions_everywhere(self, spec: PolicySpec) -> np.ndarray:
         """(positions, layers) union sizes of the policy's selection at *every* position (not only

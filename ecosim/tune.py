@@ -13,6 +13,11 @@ depth S and pays S draft steps: trace/cut.py, policies/base.py DRAFTING_RULE):
 - `ecospec-auto` (adaptive: per step, no knob) at each S, with the given predictor.
 The recorded trees bound what can be evaluated: a static tree larger or deeper than the recorded
 one is not a candidate (record deeper or wider trees to tune beyond them).
+
+With `serve` (`--concurrency N`: N clients, each sending its next request when its last one ends,
+served with continuous batching) every candidate is served by the event engine instead, so a
+batch's steps share their expert reads, and each keeps its serving metrics (per-request tokens/s,
+inter-token latency): the ranking is by time per token of the whole run, as at batch 1.
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ from typing import Any
 
 from ecosim.catalog.drafts import sglang_draft_flags
 from ecosim.cost import CostModel
+from ecosim.des import DesConfig, des_steps
 from ecosim.launch import ENGINES, Engine, Setting
 from ecosim.metrics import Row, total
 from ecosim.policies import PolicySpec, registry
 from ecosim.policies.presets import eagle_tree
-from ecosim.replay import TraceReplay
+from ecosim.replay import TraceReplay, summarize
+from ecosim.steps import Steps
 from ecosim.simulate import at_steps
 from ecosim.trace.cut import recorded_depth
 from ecosim.trace.io import Trace
@@ -45,6 +52,7 @@ class Candidate:
     static: Static | None = None
     steps: int = 0  # the setting's draft steps (0: speculation off)
     draft_s: dict[str, float] = field(default_factory=dict)  # per trace, seconds of a step drafting `steps`
+    serving: dict[str, dict[str, object]] = field(default_factory=dict)  # per trace, the event engine's metrics (with `serve`)
 
     @property
     def time_per_token(self) -> float:
@@ -73,23 +81,36 @@ def step_counts(traces: list[Trace]) -> list[int]:
 
 
 def tune(traces: list[Trace], price: Callable[[Trace], CostModel], predictor: str,
-         steps: Sequence[int] | None = None, predictors: dict[str, dict] | None = None) -> dict[str, Candidate]:
+         steps: Sequence[int] | None = None, predictors: dict[str, dict] | None = None,
+         serve: DesConfig | None = None) -> dict[str, Candidate]:
     """Every candidate's total over the traces; keys: `ar`, `auto S=s` and one per static tree.
-    `price` gives a trace's cost model (of the cut trace: its depth is the setting's steps)."""
+    `price` gives a trace's cost model (of the cut trace: its depth is the setting's steps);
+    `serve`: each served by the event engine under these arrivals (module docstring)."""
+
+    def priced(replays: list[TraceReplay], costs: list[CostModel], chosen: Callable[[TraceReplay], Steps | PolicySpec],
+               name: str, static: Static | None = None, s: int = 0, draft: dict[str, float] | None = None) -> Candidate:
+        if serve is None:
+            rows = [r.run(x, c) if isinstance(x := chosen(r), PolicySpec) else summarize(r, x, c) for r, c in zip(replays, costs)]
+            return Candidate(name, total(rows), static, s, draft or {})
+        runs = [des_steps(r, r.steps(x, c) if isinstance(x := chosen(r), PolicySpec) else x, c, serve)
+                for r, c in zip(replays, costs)]
+        return Candidate(name, total([d.row for d in runs]), static, s, draft or {},
+                         {r.trace.name: d.serving() for r, d in zip(replays, runs)})
+
     ar = [TraceReplay(t) for t in traces]
-    out: dict[str, Candidate] = {"ar": Candidate("ar", total([r.run(PolicySpec("ar"), price(r.trace)) for r in ar]))}
+    out: dict[str, Candidate] = {"ar": priced(ar, [price(r.trace) for r in ar], lambda r: PolicySpec("ar"), "ar")}
     for s in steps or step_counts(traces):
         replays = [TraceReplay(at_steps(t, s), predictors=(predictors or {}).get(t.name, {})) for t in traces]
         costs = [price(r.trace) for r in replays]
         draft = {r.trace.name: c.draft_time(True) for r, c in zip(replays, costs)}
         auto = PolicySpec("ecospec-auto", predictor=predictor)
-        out[f"auto S={s}"] = Candidate(f"ecospec-auto ({predictor}) S={s}",
-                                       total([r.run(auto, c) for r, c in zip(replays, costs)]), steps=s, draft_s=draft)
+        out[f"auto S={s}"] = priced(replays, costs, lambda r: auto, f"ecospec-auto ({predictor}) S={s}", None, s, draft)
         for st in statics(replays):
             if st.steps != s:
                 continue
-            rows = [r.run_selection(eagle_tree(r.trees, st.draft_tokens, st.steps, st.topk), c) for r, c in zip(replays, costs)]
-            out[f"static S={st.steps} K={st.topk} N={st.draft_tokens}"] = Candidate("static", total(rows), st, s, draft)
+            out[f"static S={st.steps} K={st.topk} N={st.draft_tokens}"] = priced(
+                replays, costs, lambda r: r.selection_steps(eagle_tree(r.trees, st.draft_tokens, st.steps, st.topk)),
+                "static", st, s, draft)
     return out
 
 
@@ -134,6 +155,8 @@ def recommend(cands: dict[str, Candidate], engine: Engine | None = None, draft: 
                                                                    f"N={shown.static.draft_tokens}",
         "draft_time_s": shown.draft_s,
     }
+    if best.serving:  # served under --concurrency: what each request sees, recommended (and plain, if not the same)
+        doc["serving"] = {"best": best.serving, **({"ar": ar_c.serving} if best is not ar_c else {})}
     if best_auto is not None:
         doc["auto_ms_per_token"] = best_auto.time_per_token * 1e3
         doc["auto"] = {"steps": best_auto.steps, "ms_per_token": best_auto.time_per_token * 1e3,

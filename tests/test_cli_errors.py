@@ -128,6 +128,8 @@ ECOSIM = [
     (["replay", "T", "--concurrency", "2", "--max-batch", "3"], "--concurrency"),
     (["replay", "T", "--concurrency", "2", "--arrivals", "together"], "--concurrency"),
     (["replay", "T", "--concurrency", "2", "--max-memory", "1GB"], "--max-memory"),
+    (["tune", "T", "--concurrency", "0"], "--concurrency"),
+    (["tune", "T", "--concurrency", "x"], "--concurrency"),
     (["replay", "T", "--engine", "des", "--arrivals", "J"], "arrivals"),
     (["replay", "T", "--engine", "des", "--max-memory", "1GB"], "--max-memory"),
     (["replay", "T", "--max-memory", "1kB"], "memory budget"),

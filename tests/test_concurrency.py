@@ -92,3 +92,35 @@ def test_replay_concurrency_reports_per_request_speed(replay, capsys):
     assert doc["engine"] == "des"
     [row] = doc["rows"]
     assert 0 < row["serving"]["request_tokens_per_s"]["p1"] <= row["serving"]["request_tokens_per_s"]["p50"]
+
+
+def _tune(paths: list[str], *more: str) -> dict:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["tune", *paths, "--json", *more]) == 0
+    return json.loads(out.getvalue())
+
+
+def test_tune_for_one_client_is_tune_at_batch_one(replay):
+    path = str(replay.trace.path)
+    alone, one = _tune([path]), _tune([path], "--concurrency", "1")
+    assert one["concurrency"] == 1 and alone["concurrency"] == 1
+    assert (one["best"], one["setting"], one["flags"]) == (alone["best"], alone["setting"], alone["flags"])
+    assert one["best_ms_per_token"] == pytest.approx(alone["best_ms_per_token"], rel=1e-9)
+    assert one["ar_ms_per_token"] == pytest.approx(alone["ar_ms_per_token"], rel=1e-9)
+    assert "serving" in one and "serving" not in alone
+
+
+def test_tune_under_concurrency_serves_every_candidate_with_its_batch(replay):
+    path = str(replay.trace.path)
+    one, four = _tune([path], "--concurrency", "1"), _tune([path], "--concurrency", "4")
+    assert four["concurrency"] == 4
+    # four requests in flight share each forward's reads: plain decoding costs less per token of the run
+    assert four["ar_ms_per_token"] < one["ar_ms_per_token"]
+    best = four["serving"]["best"][replay.trace.name]["request_tokens_per_s"]
+    assert 0 < best["p1"] <= best["p10"] <= best["p50"]
+    plain = (four["serving"].get("ar") or four["serving"]["best"])[replay.trace.name]
+    assert plain["forwards"] < one["serving"]["best" if not one["speculation_pays"] else "ar"][replay.trace.name]["forwards"]

@@ -2,6 +2,8 @@
 
 import re
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -101,14 +103,16 @@ def test_the_first_screen_shows_tune_right_after_the_main_command_with_what_it_p
     assert "--speculative-algorithm EAGLE3 --speculative-draft-model-path models/ecosim-tiny/eagle3" in printed[2]
 
 
-def test_the_worked_user_question_prints_what_the_readme_shows(tmp_path):
-    """The README's worked example (a user's question, from question to answer) is what its two commands print."""
+@pytest.mark.parametrize("name", ["gptoss-h100", "gptoss-h100-8"])
+def test_the_worked_user_question_prints_what_the_readme_shows(tmp_path, name):
+    """The README's worked example (a user's question, from question to answer, at batch 1 and with
+    eight users at once) is what its two commands print."""
     import os
     import subprocess
     import sys
 
     text = (ROOT / "README.md").read_text()
-    m = re.search(r"```sh\n(ecosim synth gptoss-h100 [^\n]*)\n(ecosim tune gptoss-h100 [^\n]*)\n```\n\n```\n(.*?)\n```", text, flags=re.S)
+    m = re.search(rf"```sh\n(ecosim synth {name} [^\n]*)\n(ecosim tune {name} [^\n]*)\n```\n\n```\n(.*?)\n```", text, flags=re.S)
     assert m, "the README's worked user question is missing"
     env = {**os.environ, "COLUMNS": "200"}
     for i in (1, 2):
@@ -117,3 +121,9 @@ def test_the_worked_user_question_prints_what_the_readme_shows(tmp_path):
         assert r.returncode == 0, r.stderr
     assert [line.rstrip() for line in r.stdout.rstrip().splitlines()] == m.group(3).splitlines()
     assert "recommendation for vllm:" in m.group(3) and '"num_speculative_tokens"' in m.group(3)
+    if "--concurrency" in m.group(2):  # the text's batch-1 figure for the same requests: the same tune without it
+        alone = m.group(2).split(" --concurrency")[0].split()[1:]
+        r = subprocess.run([sys.executable, "-m", "ecosim.cli", *alone], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=300)
+        x = re.search(r"recommendation for vllm: .*?, ([0-9.]+x) plain decoding", r.stdout).group(1)
+        assert f"one at a time give {x}" in " ".join(text.split())

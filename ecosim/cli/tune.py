@@ -10,8 +10,10 @@ import typer
 from rich.table import Table
 
 from ecosim.catalog.drafts import DRAFT_PATH, draft_kind
+from ecosim.des import DesConfig
 from ecosim.launch import ENGINES, Engine, engine_for, get_engine
 from ecosim.cli import app, wide_console
+from ecosim.cli.replay import serving_text
 from ecosim.cli.options import (
     Bw, Hardware, HardwareArgs, LinkBw, PcieBw, Peak, Placement, cost_config, cost_options, used_text,
 )
@@ -45,6 +47,7 @@ def tune(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
     plot: Annotated[Path | None, typer.Option(help="Also draw speedup against the tree budget, one line per draft steps, to FILE (.png or .svg; needs matplotlib, in the reports extra).")] = None,
     engine: Annotated[str | None, typer.Option(help=f"Serving engine the recommendation must run on, in its own flags: {', '.join(ENGINES)}; default: the serving profile's engine (llama.cpp where experts live in host RAM, else sglang).")] = None,
+    concurrency: Annotated[int | None, typer.Option(min=1, max=1 << 20, help="Tune for N clients, each sending its next request when its last one ends, served with continuous batching: every candidate runs on the event engine (a batch's steps share their expert reads) and the answer adds each request's tokens/s and inter-token latency. Default: one request at a time.")] = None,
 ) -> None:
     """Recommend a speculative-decoding setting your engine runs: speculation off or one of its static
     trees or chains, in its flags; beside it, the best SGLang tree and vLLM chain, and what the
@@ -65,14 +68,15 @@ def tune(
             given[t.name] = own
             notes.append(f"{t.name} holds one request: predictor {predictor!r} is fitted in-sample on it (no other "
                          "request to hold out), so the adaptive policy's figures on it are optimistic")
-    cands = tune_all(found, lambda t: cost_model(t, device, place, config), predictor, predictors=given)
+    serve = DesConfig(f"concurrency:{concurrency}", max_batch=concurrency) if concurrency else None
+    cands = tune_all(found, lambda t: cost_model(t, device, place, config), predictor, predictors=given, serve=serve)
     first = cost_model(found[0], device, place, config)
     chosen = chosen or engine_for(first.terms.serving, place.host_layers(first.model) is not None)
     draft_doc, path, engine_note = _the_draft(found)
     doc = recommend(cands, chosen, draft_doc, path)
     used = {k: v for k, v in first.applied().items() if k != "draft_time_s"}
     draft: dict[str, float] = doc["draft_time_s"]  # type: ignore[assignment]  # the recommended setting's
-    doc = {"hardware": device.name, "placement": str(place), "predictor": predictor,
+    doc = {"hardware": device.name, "placement": str(place), "predictor": predictor, "concurrency": concurrency or 1,
            "traces": [t.name for t in found], "used": {**used, "draft_time_s": draft, "draft_steps": doc["steps"]}, **doc, "notes": notes}
     host = llamacpp(doc, place, first.model, found[0].manifest.get("draft", {}).get("name", "DRAFT"))
     if host is not None:  # experts in host RAM: the llama.cpp / ik_llama.cpp flags (tune_llamacpp.py)
@@ -84,7 +88,8 @@ def tune(
         return
     console = wide_console()
     ar = cands["ar"].time_per_token
-    t = Table(title=f"{device.name} {place}: candidates by time per token (over {len(found)} traces)", title_justify="left")
+    at = f", {concurrency} clients, continuous batching" if concurrency else ""
+    t = Table(title=f"{device.name} {place}{at}: candidates by time per token (over {len(found)} traces)", title_justify="left")
     for col in ("candidate", "ms/token", "tokens/step", "speedup vs ar"):
         t.add_column(col, justify="left" if col == "candidate" else "right")
     for name, c in sorted(cands.items(), key=lambda kv: kv[1].time_per_token)[:top]:
@@ -104,6 +109,10 @@ def tune(
         console.print(f"vLLM chain: num_speculative_tokens={v['num_speculative_tokens']}  ({v['speedup_vs_ar']:.3f}x plain){verdict}")
     if host is not None and chosen.name != "llama.cpp":
         console.print(llamacpp_line(host), markup=False, highlight=False)
+    for which, per_trace in doc.get("serving", {}).items():  # type: ignore[union-attr]
+        for name, metrics in per_trace.items():
+            console.print(serving_text(f"{which} ({'recommended' if which == 'best' else 'plain decoding'}) on {name}", metrics),
+                          markup=False, highlight=False)
     for note in [*([engine_note] if engine_note else []), *notes, *provenance_notes(t.provenance for t in found)]:
         console.print(f"[yellow]{note}[/yellow]")
 
