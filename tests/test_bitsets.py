@@ -1,7 +1,10 @@
-"""bitsets.pack_groups by hand: rows read in place, groups in any order, pads skipped, bad ids refused."""
+"""bitsets.pack_groups by hand and against its numpy definition: rows read in place, groups in any order, pads
+skipped, bad ids refused."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ecosim.bitsets import pack_groups
 
@@ -25,3 +28,25 @@ def test_pack_groups_ors_the_chosen_rows_into_their_groups():
 def test_pack_groups_refuses_an_id_past_the_experts_words():
     with pytest.raises(ValueError, match="expert id 200 out of range for 70 experts"):
         pack_groups(np.array([[[1, 200]]], dtype=np.int16), np.array([0]), 1, 70)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**16), st.integers(1, 200), st.sampled_from([8, 64, 70, 128, 256]), st.integers(1, 8),
+       st.integers(1, 12), st.booleans())
+def test_long_and_short_runs_of_a_group_pack_as_the_numpy_definition(seed, n, experts_n, k, groups, sorted_groups):
+    """A step's rows come as one run of its group (long: marked a byte per expert, then packed; short:
+    OR-ed straight in); any order of groups, pads and repeated rows give the numpy definition's bits."""
+    rng = np.random.default_rng(seed)
+    layers = 3
+    ex = rng.integers(-1, experts_n, (n, layers, k)).astype(np.int16)
+    rows = rng.integers(0, n, rng.integers(1, 3 * n))
+    group = rng.integers(0, groups, len(rows))
+    if sorted_groups:
+        group = np.sort(group)  # long runs: the byte-marking path
+    want = np.zeros((groups, layers, (experts_n + 63) // 64), dtype=np.uint64)
+    for r, g in zip(rows, group):
+        for layer in range(layers):
+            for e in ex[r, layer]:
+                if e >= 0:
+                    want[g, layer, e // 64] |= np.uint64(1) << np.uint64(e % 64)
+    assert np.array_equal(pack_groups(ex, group, groups, experts_n, rows=rows), want)
