@@ -54,8 +54,8 @@ def sibling_rank(trees: Trees) -> np.ndarray:
 @njit(cache=True)
 def _sibling_rank(start, n_nodes, parent, lp):
     """A node's rank = its siblings ahead of it (a higher log-prob, or an equal one and a lower id).
-    Per tree the children are grouped by parent (in id order); a small family compares its pairs,
-    a large one is sorted stably by descending log-prob. Each node is compared with its siblings
+    Per tree the children are grouped by parent (in id order) and each family sorted stably by
+    descending log-prob: a small one by insertion, a large one by merge sort. Each node is compared with its siblings
     only: comparing every pair of a tree's nodes grew with the square of the tree (and a 3-key
     lexsort of the whole trace was slower still)."""
     rank = np.zeros(len(lp), dtype=np.int64)
@@ -77,15 +77,17 @@ def _sibling_rank(start, n_nodes, parent, lp):
             fill[p] += 1
         for p in range(n):
             a, b = off[p], off[p + 1]
-            if b - a <= 32:
-                for i in range(a, b):
-                    x, r = kids[i], 0
+            if b - a <= 32:  # insertion sort by descending log-prob; ties keep id order (stable)
+                for i in range(a + 1, b):
+                    x = kids[i]
                     lx = lp[s0 + x]
-                    for j in range(a, b):  # siblings ahead of x, counted without a branch
-                        y = kids[j]
-                        ly = lp[s0 + y]
-                        r += (ly > lx) | ((ly == lx) & (y < x))
-                    rank[s0 + x] = r
+                    j = i - 1
+                    while j >= a and lp[s0 + kids[j]] < lx:
+                        kids[j + 1] = kids[j]
+                        j -= 1
+                    kids[j + 1] = x
+                for r in range(b - a):
+                    rank[s0 + kids[a + r]] = r
             else:
                 fam = kids[a:b]
                 order = np.argsort(-lp[s0 + fam], kind="mergesort")  # stable: equal log-probs keep id order
