@@ -54,6 +54,13 @@ class SynthConfig:
     # often as the target's sample falls among its children, which `accept` / `accept_len` must then say
     temperature: float = 0.0
     accept_len: float | None = None  # published acceptance length to match (sets `accept`)
+    # the (depth, topk, max_nodes) tree `accept_len` was measured on (None: this config's own tree): matched
+    # there, the per-node acceptance then grows this config's tree, so a deeper or wider one accepts what
+    # that acceptance implies at each depth (saturating), and `tune` can compare step counts on one trace
+    accept_at: tuple[int, int, int] | None = None
+    # level d's acceptance is accept * accept_decay^(d - 1): how acceptance falls with depth (1: every level alike;
+    # fitted on a published curve of step counts where one exists, catalog/accept_table.py `falloff`)
+    accept_decay: float = 1.0
     preset: str = ""  # where the routing knobs came from (recorded in the manifest)
     prompt_len: int = 64
     active_vocab: int = 4096  # tokens drawn from the most frequent this many (Zipf 1.1)
@@ -102,7 +109,7 @@ def _grow_trees(n_trees: int, cfg: SynthConfig, tokens: _Tokens, rng: np.random.
         q = np.concatenate([conf[..., None], (1 - conf[..., None]) * 0.9 * rest / rest.sum()], axis=-1)
         kids = tokens.distinct((T, F, K))
         # The target's verdict at each expanded node: a child drawn by the draft's probabilities, or outside.
-        picked = rng.random((T, F)) < cfg.accept
+        picked = rng.random((T, F)) < min(1.0, cfg.accept * cfg.accept_decay ** (d - 1))
         rank = (rng.random((T, F, 1)) * q.sum(-1, keepdims=True) > np.cumsum(q, -1)).sum(-1)
         chosen = np.take_along_axis(kids, np.minimum(rank, K - 1)[..., None], -1)[..., 0]
         outside = tokens.draw((T, F))
@@ -177,7 +184,12 @@ def accepted_length(nodes: dict[str, np.ndarray], per_tree: int) -> float:
 
 def accept_for_length(cfg: SynthConfig, target: float, trees: int = 512) -> float:
     """The per-node `accept` whose trees reach a mean accepted length of `target` (bisection on a
-    sample of trees grown with the config's shape; routing plays no part)."""
+    sample of trees grown with the shape the length was measured on, `accept_at`, else the
+    config's own; routing plays no part)."""
+    if cfg.accept_at is not None:
+        depth, topk, nodes = cfg.accept_at
+        cfg = replace(cfg, depth=depth, topk=topk, max_nodes=nodes, accept_at=None)
+
     def length(a: float) -> float:
         c = replace(cfg, accept=a)
         rng = np.random.default_rng(cfg.seed)
@@ -253,7 +265,8 @@ def base_manifest(model: ModelShape, cfg: SynthConfig, requests: list[dict[str, 
         "synthetic": True,
         "provenance": {"kind": "synthetic", "source": f"ecosim synth ({cfg.preset or 'knobs as given'})"},
         "model": model.to_manifest(),
-        "draft": draft_manifest(model, cfg.draft or default_draft(model), cfg.accept_len, cfg.accept, cfg.draft_model),
+        "draft": draft_manifest(model, cfg.draft or default_draft(model), cfg.accept_len, cfg.accept, cfg.draft_model,
+                                cfg.accept_decay),
         "tree": {"depth": cfg.depth, "topk": cfg.topk, "max_nodes": cfg.max_nodes},
         "decoding": {"mode": "greedy"} if not cfg.temperature else
                     {"mode": "sample", "temperature": cfg.temperature, "top_p": 1.0, "top_k": 0, "seed": cfg.seed,

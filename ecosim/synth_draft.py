@@ -68,7 +68,7 @@ def draft_bytes(model: ModelShape) -> int:
 
 
 def draft_manifest(model: ModelShape, name: str, accept_len: float | None, accept: float,
-                   dense: dict[str, Any] | None = None) -> dict[str, Any]:
+                   dense: dict[str, Any] | None = None, decay: float = 1.0) -> dict[str, Any]:
     d = get_draft(name)
     if d.kind == "model" and dense is None:
         raise EcoSimError("a separate draft model needs its config.json: --draft-model PATH")
@@ -80,6 +80,8 @@ def draft_manifest(model: ModelShape, name: str, accept_len: float | None, accep
         "bytes_source": "one target layer (dense share + top-k experts) + the target's full LM head, from the catalogue "
                         "shape (a draft with its own smaller vocabulary reads less: not modelled)",
     }
+    if decay != 1.0:  # acceptance falling with depth: level d's is accept * decay^(d - 1)
+        out["accept_decay"] = round(decay, 4)
     if dense:
         out.update(layers=dense["layers"], bytes_source=f"the draft model's own config.json ({dense['config']}): "
                    f"{dense['layers']} dense layers and its LM head, {dense['params'] / 1e9:.3g}B parameters")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from ecosim.catalog.accept_table import choose, lookup, table
 from ecosim.catalog.models import get_model
 from ecosim.cli import main
@@ -120,3 +122,45 @@ def test_synth_at_a_temperature_is_labelled_sampled_and_needs_its_acceptance(tmp
                  "--requests", "1", "--positions", "20"]) == 0
     m = read_trace(out).manifest  # validated: a version-3 sampled trace
     assert m["version"] == 3 and m["decoding"]["mode"] == "sample" and m["decoding"]["temperature"] == 0.7
+
+
+def test_a_chain_s_length_over_its_steps_by_hand():
+    from ecosim.catalog.accept_table import chain_length
+
+    assert chain_length(0.5, 1.0, 2) == 1 + 0.5 + 0.25  # every level alike: a geometric sum
+    assert abs(chain_length(0.8, 0.5, 3) - (1 + 0.8 + 0.64 * 0.5 + 0.512 * 0.125)) < 1e-12  # level d: 0.8 x 0.5^(d-1)
+
+
+def test_the_falloff_is_fitted_on_one_source_s_curve_of_step_counts():
+    from ecosim.catalog.accept_table import chain_length, falloff
+
+    fall = falloff(lookup(get_model("deepseek-v3.1"), "mtp")[0])
+    assert [e.steps for e in fall.points] == [1, 2, 3, 4, 5] and len({e.url for e in fall.points}) == 1
+    assert 0.6 < fall.decay < 0.85 and 0.85 < fall.first <= 1.0  # saturating: 1.92 ... 3.01
+    assert fall.error <= 0.05 and all(abs(chain_length(fall.first, fall.decay, e.steps) - e.accept_len) <= fall.error + 1e-12
+                                      for e in fall.points)
+    assert falloff(lookup(get_model("gpt-oss-120b"), "eagle3")[0]) is None  # one figure: no curve to fit
+
+
+def test_synth_matches_a_figure_at_its_own_depth_and_grows_deeper_levels_with_the_falloff(tmp_path, capsys):
+    """MTP's own figure (1.875 tokens/step, one MTP module) is matched on a chain of one; a deeper chain's
+    levels then fall off as the published curve of step counts does, so cutting the trace to S steps
+    gives the saturating lengths of that curve's shape."""
+    from ecosim.simulate import at_steps
+    from ecosim.tree import Trees
+
+    out = tmp_path / "t"
+    assert main(["synth", str(out), "--model", "deepseek-v3.1", "--draft", "mtp", "--depth", "5", "--topk", "1",
+                 "--max-nodes", "5", "--requests", "4", "--positions", "150"]) == 0
+    assert "acceptance falls with depth: each draft level accepted" in capsys.readouterr().out
+    trace = read_trace(out)
+    assert 0.6 < trace.manifest["draft"]["accept_decay"] < 0.85
+    lengths = [1 + float(Trees(at_steps(trace, s)).accept_len.mean()) for s in range(1, 6)]
+    assert abs(lengths[0] - 1.875) < 0.06  # the figure, at the depth it was measured at
+    gains = np.diff(lengths)
+    assert np.all(gains > 0) and np.all(np.diff(gains) < 0.02)  # saturating: each step adds less
+    assert main(["synth", str(tmp_path / "flat"), "--model", "deepseek-v3.1", "--draft", "mtp", "--depth", "5", "--topk", "1",
+                 "--max-nodes", "5", "--requests", "4", "--positions", "150", "--accept-decay", "1"]) == 0
+    flat = read_trace(tmp_path / "flat")
+    assert "accept_decay" not in flat.manifest["draft"]  # every level alike, as given
+    assert abs(1 + float(Trees(at_steps(flat, 1)).accept_len.mean()) - 1.875) < 0.06

@@ -24,7 +24,7 @@ from ecosim.routing.data import is_routing_dir, read_routing
 from ecosim.routing.importers import import_routing
 from ecosim.synth import SynthConfig, write_synthetic
 from ecosim.synth_draft import DRAFTS, default_draft, dense_draft, get_draft
-from ecosim.catalog.accept_table import choose, lookup
+from ecosim.catalog.accept_table import choose, falloff, lookup
 from ecosim.trace.io import check_trace, find_traces, provenance_of, read_trace
 from ecosim.tree_config import TREE, TreeShape
 
@@ -101,8 +101,9 @@ def _published_acceptance(shape, draft: str, depth: int | None, topk: int | None
         return None
     print(f"acceptance: {e.describe()}; {whence}; --accept-len overrides")
     if (depth is not None and depth != e.steps) or (topk is not None and topk != e.topk):
-        Console(stderr=True).print(f"warning: that figure was measured at {e.steps} steps, top-k {e.topk}; it is matched over "
-                                   f"this trace's own tree (depth {depth or TREE.depth}, top-k {topk or TREE.topk})", highlight=False, soft_wrap=True)
+        print(f"acceptance: matched on the figure's own tree ({e.steps} steps, top-k {e.topk}, {e.draft_tokens} tokens); "
+              f"this trace's tree (depth {depth or e.steps}, top-k {topk or e.topk}) grows with the same per-node "
+              "acceptance, so each depth accepts what it implies there")
     return e
 
 
@@ -117,6 +118,7 @@ def synth(
     max_nodes: Annotated[int | None, typer.Option(min=1, max=4096, help=TreeShape.help("max_nodes") + f" Default {TREE.max_nodes}, or the draft tokens of the published acceptance used.")] = None,
     accept: Annotated[float, typer.Option(min=0.0, max=1.0, help="P(the target's next token is one of a node's draft children); overridden by --accept-len or the --draft's published figure.")] = 0.8,
     accept_len: Annotated[float | None, typer.Option(min=1.0, help="Mean accepted tokens per step to match (a published acceptance length of the imitated draft). Default: the draft's own figure, else the published table's for this model or its family (catalog/data/published.json; the source is printed), else --accept per node.")] = None,
+    accept_decay: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="How acceptance falls with depth: tree level d is accepted with probability --accept x this^(d - 1). Default: fitted on a published curve of the draft's step counts where one source published one (catalog/accept_table.py; the fit is printed), else 1 (every level alike).")] = None,
     draft: Annotated[str | None, typer.Option(help=f"Draft kind imitated ({', '.join(DRAFTS)}): its bytes per level go in the manifest; default mtp for DeepSeek-V3, eagle3 otherwise.")] = None,
     draft_model: Annotated[Path | None, typer.Option(help="A separate dense draft model's config.json (or its folder): its bytes and layers price each draft level (implies --draft model).")] = None,
     confidence: Annotated[float, typer.Option(min=0.01, max=0.99, help="Mean draft probability of the top child.")] = 0.6,
@@ -169,11 +171,19 @@ def synth(
         published = _published_acceptance(shape, draft or default_draft(shape), depth, topk, use=draft is not None,
                                           temperature=temperature)
     tree = (published.steps, published.topk, published.draft_tokens) if published else (None, None, None)
+    own = accept_len is None and d is not None and bool(d.accept_len) and bool(d.depth)  # the draft's figure, at its depth
+    at = tree if published else ((d.depth, d.topk or 1, d.depth) if own and d else None)  # where the length was measured
+    decay = accept_decay
+    if decay is None and (accept_len is not None or (d and d.accept_len) or published):  # a length to match: its curve
+        fall = falloff(lookup(shape, draft or default_draft(shape), temperature)[0])
+        if fall:
+            print(f"acceptance falls with depth: {fall.describe()}; --accept-decay overrides")
+        decay = fall.decay if fall else 1.0
     cfg = SynthConfig(requests, positions, depth or (d.depth if d and d.depth else tree[0] or TREE.depth),
                       topk or (d.topk if d and d.topk else tree[1] or TREE.topk), max_nodes or tree[2] or TREE.max_nodes,
                       accept, confidence, gates=gates, seed=seed, draft=draft, draft_model=dense, temperature=temperature,
                       accept_len=accept_len if accept_len is not None else (d.accept_len if d else None) or (published.accept_len if published else None),
-                      preset=source, **knobs)
+                      accept_at=at, accept_decay=1.0 if decay is None else decay, preset=source, **knobs)
     check_synth_size(requests, positions, cfg.max_nodes, shape.num_moe_layers * shape.top_k, gates)
     print("routing knobs: " + ", ".join(f"{k}={v:g}" for k, v in knobs.items()) + f" ({source})")
     if source == "defaults":

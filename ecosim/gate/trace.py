@@ -77,6 +77,7 @@ class DraftSpec(Spec):
     layers: Int(1, INT16_MAX, "optional: decoder layers per draft forward", null=True) = None
     accept: Num(ge=0, le=1, doc="optional (generated traces): the generator's per-node acceptance", null=True) = None
     accept_len: Num(ge=0, le=INT16_MAX, doc="optional (generated traces): the published acceptance length matched", null=True) = None
+    accept_decay: Num(ge=0, le=1, doc="optional (generated traces): level d of the tree accepted with `accept` x this^(d - 1)", null=True) = None
     source: Str("optional: where the figures come from") = ""
 
 
