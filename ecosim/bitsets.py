@@ -62,26 +62,20 @@ def _or_rows(experts, rows, group, out):
         j = i + 1
         while j < n and group[j] == g:
             j += 1
-        if (j - i) * K * 2 < span:  # a short run: straight into the words
-            for q in range(i, j):
-                r = rows[q]
-                for l in range(L):
-                    for s in range(K):
-                        e = np.int64(experts[r, l, s])
-                        if e >= span:
-                            top = max(top, e)
-                        elif e >= 0:
-                            out[g, l, e >> 6] |= np.uint64(1) << np.uint64(e & 63)
-        else:
-            for q in range(i, j):
-                r = rows[q]
-                for l in range(L):
-                    for s in range(K):
-                        e = np.int64(experts[r, l, s])
-                        if e >= span:
-                            top = max(top, e)
-                        elif e >= 0:
+        long = (j - i) * K * 2 >= span  # a short run goes straight into the words
+        for q in range(i, j):
+            r = rows[q]
+            for l in range(L):
+                for s in range(K):
+                    e = np.int64(experts[r, l, s])
+                    if e >= span:
+                        top = max(top, e)
+                    elif e >= 0:
+                        if long:
                             seen[l, e] = 1
+                        else:
+                            out[g, l, e >> 6] |= np.uint64(1) << np.uint64(e & 63)
+        if long:
             for l in range(L):
                 for w in range(W):
                     word = np.uint64(0)

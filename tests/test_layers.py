@@ -14,7 +14,7 @@ from conftest import ROOT
 # Lowest first. A module belongs to the layer of the longest prefix naming it.
 LAYERS = [
     ["ecosim.errors", "ecosim.units", "ecosim.bitsets", "ecosim.pairwise", "ecosim.fidelity_sampled", "ecosim.metrics", "ecosim.catalog", "ecosim.trace.schema",
-     "ecosim.version", "ecosim.outputs", "ecosim.tree_config", "ecosim.memo", "ecosim.options", "ecosim.gate"],
+     "ecosim.version", "ecosim.outputs", "ecosim.tree_config", "ecosim.memo", "ecosim.options", "ecosim.gate", "ecosim.arrivals"],
     ["ecosim.trace", "ecosim.tree", "ecosim.placements", "ecosim.cache", "ecosim.oracle", "ecosim.synth",
      "ecosim.synth_draft", "ecosim.routing.generator", "ecosim.steps", "ecosim.routing.presets"],
     ["ecosim.cost", "ecosim.predictors", "ecosim.routing", "ecosim.hybrid", "ecosim.acceptance", "ecosim.union_scale",
