@@ -58,7 +58,7 @@ def profiled_cost(trees: Trees, rank: np.ndarray, cost: CostModel, max_budget: i
 
     Grown one budget at a time rather than re-selected per budget: from k to k + 1 each tree adds
     its node of rank k (a tree with fewer nodes keeps its whole selection, and its time). So one
-    compiled pass walks each tree in rank order, ORing each node into the tree's union and writing
+    compiled pass walks each tree in rank order, adding each node to the tree's union and writing
     the union's size per group after it: one entry per row of the picked trees, where selecting and
     packing again at every budget grew with the square of the tree size. Every entry is priced
     once (elementwise, as pricing the whole selection at once would), and C(k) is the mean over
@@ -75,18 +75,19 @@ def profiled_cost(trees: Trees, rank: np.ndarray, cost: CostModel, max_budget: i
     tree = np.repeat(np.arange(len(pick)), kids)
     keep = rank[rows] < max_budget
     rows, tree = rows[keep], tree[keep]
-    ranked = np.empty(len(rows), dtype=np.int64)  # by tree, then rank (a permutation within a tree): no sort
-    ranked[first[tree] - tree + rank[rows]] = rows
+    order = np.empty(int(first[-1]), dtype=np.int64)  # the row each entry adds: the root, then by rank (no sort)
+    order[first[:-1]] = start
+    order[first[tree] + 1 + rank[rows]] = rows
     group = bitsets.device_of_expert(m.num_experts, p.groups) if p.groups > 1 else np.zeros(m.num_experts, dtype=np.int64)
     experts = trees.trace.experts_3d()
     tokens = np.arange(first[-1]) - np.repeat(first[:-1], size + 1) + 1  # tokens verified: k + 1
     ctx = np.repeat(trees.trace.positions["context_len"].astype(np.int64)[pick], size + 1)
     table = _layer_table(cost, int(size.max(initial=0)) + 1)
     if table is not None:  # one group: each entry's time summed in the walk itself, no (entries, layers) table
-        times = _grown_layer_sums(experts, start, ranked, first, table, pairwise_plan(m.num_moe_layers))
+        times = _grown_layer_sums(experts, order, first, table, pairwise_plan(m.num_moe_layers))
         times += cost.other_times(tokens, ctx, speculative=False)
     else:
-        times = _grown_times(start, cost, experts, ranked, first, size, group, tokens, ctx)
+        times = _grown_times(cost, experts, order, first, size, group, tokens, ctx)
     out = np.zeros(max_budget + 1)
     step = max(1, CHUNK // max(len(size), 1))  # budgets averaged at a time: a bounded (budgets, trees) table
     for k0 in range(0, max_budget + 1, step):
@@ -96,20 +97,18 @@ def profiled_cost(trees: Trees, rank: np.ndarray, cost: CostModel, max_budget: i
     return out
 
 
-def _grown_times(start: np.ndarray, cost: CostModel, experts: np.ndarray, ranked: np.ndarray, first: np.ndarray,
-                 size: np.ndarray, group: np.ndarray, tokens: np.ndarray, ctx: np.ndarray) -> np.ndarray:
-    """Each entry's priced time from its (layers, groups) union counts, a piece of the trees (their
-    root rows `start`) at a time."""
+def _grown_times(cost: CostModel, experts: np.ndarray, order: np.ndarray, first: np.ndarray, size: np.ndarray,
+                 group: np.ndarray, tokens: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+    """Each entry's priced time from its (layers, groups) union counts, a piece of the trees at a time."""
     m, p = cost.model, cost.placement
     times = np.empty(int(first[-1]))
     bulk = np.cumsum((size + 1) * m.num_moe_layers * p.groups)  # counts up to each tree, for the pieces
     t0 = 0
-    while t0 < len(start):  # trees t0..t1 at a time (at least one)
+    while t0 < len(size):  # trees t0..t1 at a time (at least one)
         t1 = max(t0 + 1, int(np.searchsorted(bulk, (bulk[t0 - 1] if t0 else 0) + CHUNK, side="right")))
         e0, e1 = int(first[t0]), int(first[t1])
         union = np.zeros((e1 - e0, m.num_moe_layers, p.groups), dtype=np.int64)
-        _grown_unions(experts, start[t0:t1], ranked[first[t0] - t0 : first[t1] - t1], first[t0 : t1 + 1] - e0,
-                      group.astype(np.int64), union)
+        _grown_unions(experts, order[e0:e1], first[t0 : t1 + 1] - e0, group.astype(np.int64), union)
         n = tokens[e0:e1]
         times[e0:e1] = cost.layer_times(union, n).sum(axis=1) + cost.other_times(n, ctx[e0:e1], speculative=False)
         t0 = t1
@@ -130,61 +129,51 @@ def _layer_table(cost: CostModel, max_tokens: int) -> np.ndarray | None:
 
 
 @njit(cache=True)
-def _grown_unions(experts, start, ranked, first, group, union):
-    """union[first[t] + k] = distinct experts per (layer, group) of tree t's root and its first k
-    nodes in `ranked` order (rows grouped by tree, in rank order); `group` (experts,) the group
-    holding each expert."""
-    L = experts.shape[1]
-    seen = np.zeros((L, len(group)), dtype=np.bool_)
-    count = np.zeros((L, union.shape[2]), dtype=np.int64)
-    j = 0
-    for t in range(len(start)):
-        seen[:] = False
-        count[:] = 0
-        r = start[t]
-        for e in range(first[t], first[t + 1]):
-            if e > first[t]:
-                r = ranked[j]
-                j += 1
-            for l in range(L):
-                for i in range(experts.shape[2]):
-                    x = experts[r, l, i]
-                    if 0 <= x < len(group) and not seen[l, x]:
-                        seen[l, x] = True
-                        count[l, group[x]] += 1
-                for g in range(union.shape[2]):
-                    union[e, l, g] = count[l, g]
+def _add_row(experts, r, seen, count, group):
+    """Count row r's experts not yet seen: count[layer, group of the expert] += 1 for each."""
+    for l in range(experts.shape[1]):
+        for i in range(experts.shape[2]):
+            x = experts[r, l, i]
+            if 0 <= x < len(group) and not seen[l, x]:
+                seen[l, x] = True
+                count[l, group[x]] += 1
 
 
 @njit(cache=True)
-def _grown_layer_sums(experts, start, ranked, first, table, plan):
-    """out[first[t] + k] = the MoE layers' seconds of tree t's root and its first k nodes in
-    `ranked` order: per layer `table[distinct experts, k + 1]`, summed over the layers as numpy's
-    `sum(axis=1)` sums them (ecosim/pairwise.py), so the float the (entries, layers) table gave."""
-    L, k_slots = experts.shape[1], experts.shape[2]
-    E = table.shape[0] - 1
-    seen = np.zeros((L, E), dtype=np.bool_)
-    count = np.zeros(L, dtype=np.int64)
+def _grown_unions(experts, order, first, group, union):
+    """union[e] = distinct experts per (layer, group) of the rows order[first[t]..e] of entry e's tree t
+    (each tree's entries: its root, then its nodes in rank order); `group` (experts,) the group
+    holding each expert."""
+    seen = np.zeros((experts.shape[1], len(group)), dtype=np.bool_)
+    count = np.zeros((experts.shape[1], union.shape[2]), dtype=np.int64)
+    for t in range(len(first) - 1):
+        seen[:] = False
+        count[:] = 0
+        for e in range(first[t], first[t + 1]):
+            _add_row(experts, order[e], seen, count, group)
+            union[e] = count
+
+
+@njit(cache=True)
+def _grown_layer_sums(experts, order, first, table, plan):
+    """out[e] = the MoE layers' seconds of the rows order[first[t]..e] of entry e's tree t: per layer
+    `table[distinct experts, e - first[t] + 1]`, summed over the layers as numpy's `sum(axis=1)` sums
+    them (ecosim/pairwise.py), so the float the (entries, layers) table gave."""
+    L = experts.shape[1]
+    group = np.zeros(table.shape[0] - 1, dtype=np.int64)  # one group: every expert counts in column 0
+    seen = np.zeros((L, len(group)), dtype=np.bool_)
+    count = np.zeros((L, 1), dtype=np.int64)
     vals = np.empty(L, dtype=np.float64)
     stack = np.empty(plan.shape[0] + 1, dtype=np.float64)
     out = np.empty(first[-1], dtype=np.float64)
-    j = 0
-    for t in range(len(start)):
+    for t in range(len(first) - 1):
         seen[:] = False
         count[:] = 0
-        r = start[t]
         for e in range(first[t], first[t + 1]):
-            if e > first[t]:
-                r = ranked[j]
-                j += 1
+            _add_row(experts, order[e], seen, count, group)
             n = e - first[t] + 1
             for l in range(L):
-                for i in range(k_slots):
-                    x = experts[r, l, i]
-                    if 0 <= x < E and not seen[l, x]:
-                        seen[l, x] = True
-                        count[l] += 1
-                vals[l] = table[count[l], n]
+                vals[l] = table[count[l, 0], n]
             out[e] = pairwise(vals, 0, plan, stack)
     return out
 
