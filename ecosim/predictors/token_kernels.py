@@ -24,6 +24,23 @@ from ecosim.pairwise import pairwise
 
 
 @njit(cache=True)
+def _keep_best(best_v, best_e, have, width, v, e):  # pragma: no cover - compiled
+    """Insert (v, e) into the first `have` entries of a list kept by value descending, then id
+    ascending, of at most `width`; returns its new length (an entry that ranks below a full list's
+    last is dropped)."""
+    if have == width and not (v > best_v[width - 1] or (v == best_v[width - 1] and e < best_e[width - 1])):
+        return have
+    m = have - 1 if have < width else width - 2
+    while m >= 0 and (best_v[m] < v or (best_v[m] == v and best_e[m] > e)):
+        best_v[m + 1] = best_v[m]
+        best_e[m + 1] = best_e[m]
+        m -= 1
+    best_v[m + 1] = v
+    best_e[m + 1] = e
+    return have + 1 if have < width else have
+
+
+@njit(cache=True)
 def count_top(order, bounds, experts, num_experts, width):  # pragma: no cover - compiled
     """Per (token, layer), the `width` experts of most top-k slots among the rows `order[bounds[t]:
     bounds[t + 1]]` (count descending, then id ascending; zero-count ids ascending pad the list)
@@ -56,17 +73,7 @@ def count_top(order, bounds, experts, num_experts, width):  # pragma: no cover -
                 e = touched[layer, j]
                 c = cnt[layer, e]
                 total[layer, e] += c
-                if have == width and not (c > best_c[width - 1] or (c == best_c[width - 1] and e < best_e[width - 1])):
-                    continue
-                m = have - 1 if have < width else width - 2
-                while m >= 0 and (best_c[m] < c or (best_c[m] == c and best_e[m] > e)):
-                    best_c[m + 1] = best_c[m]
-                    best_e[m + 1] = best_e[m]
-                    m -= 1
-                best_c[m + 1] = c
-                best_e[m + 1] = e
-                if have < width:
-                    have += 1
+                have = _keep_best(best_c, best_e, have, width, c, e)
             e = 0
             while have < width:  # pad with the lowest untouched ids (count 0)
                 if cnt[layer, e] == 0:
@@ -137,17 +144,7 @@ def pick_top_k(idx, n, ids, counts, prior, prior_order, plan, alpha, top_k, k): 
             for c in range(n_cand):
                 e = cand_e[c]
                 v = x[e] / s
-                if have == k and not (v > best_v[k - 1] or (v == best_v[k - 1] and e < best_e[k - 1])):
-                    continue
-                m = have - 1 if have < k else k - 2
-                while m >= 0 and (best_v[m] < v or (best_v[m] == v and best_e[m] > e)):
-                    best_v[m + 1] = best_v[m]
-                    best_e[m + 1] = best_e[m]
-                    m -= 1
-                best_v[m + 1] = v
-                best_e[m + 1] = e
-                if have < k:
-                    have += 1
+                have = _keep_best(best_v, best_e, have, k, v, e)
             for c in range(k):
                 out[r, layer, c] = best_e[c]
             if seen:
