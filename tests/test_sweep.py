@@ -16,17 +16,7 @@ from ecosim.cli import main
 from ecosim.errors import EcoSimError
 from ecosim.sweep import grid as g
 from ecosim.sweep.results import row_of
-from sweep_runs import GRID, _frame, cli, full_sweep, make_traces
-
-
-@pytest.fixture(scope="module")
-def traces(tmp_path_factory) -> list[Path]:
-    return make_traces(tmp_path_factory.mktemp("sweep_traces"))
-
-
-@pytest.fixture(scope="module")
-def swept(traces, tmp_path_factory) -> Path:
-    return full_sweep(traces, tmp_path_factory.mktemp("sweep"))
+from sweep_runs import GRID, _frame, cli, swept, traces  # noqa: F401 (the fixtures)
 
 
 def test_ranges_include_their_stop_and_read_cleanly():

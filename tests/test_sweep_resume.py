@@ -15,17 +15,7 @@ import pytest
 
 from conftest import ROOT
 from ecosim.sweep.runner import KILL_AFTER_PART
-from sweep_runs import GRID, _frame, full_sweep, make_traces, sweep
-
-
-@pytest.fixture(scope="module")
-def traces(tmp_path_factory) -> list[Path]:
-    return make_traces(tmp_path_factory.mktemp("sweep_traces"))
-
-
-@pytest.fixture(scope="module")
-def swept(traces, tmp_path_factory) -> Path:
-    return full_sweep(traces, tmp_path_factory.mktemp("sweep"))
+from sweep_runs import GRID, _frame, sweep, swept, traces  # noqa: F401 (the fixtures)
 
 
 def _parts(d: Path) -> list[Path]:

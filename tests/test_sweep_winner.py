@@ -12,17 +12,7 @@ import polars as pl
 import pytest
 
 from ecosim.sweep.winner import check_winner
-from sweep_runs import _frame, cli, full_sweep, make_traces
-
-
-@pytest.fixture(scope="module")
-def traces(tmp_path_factory) -> list[Path]:
-    return make_traces(tmp_path_factory.mktemp("sweep_traces"))
-
-
-@pytest.fixture(scope="module")
-def swept(traces, tmp_path_factory) -> Path:
-    return full_sweep(traces, tmp_path_factory.mktemp("sweep"))
+from sweep_runs import _frame, cli, swept, traces  # noqa: F401 (the fixtures)
 
 
 def _totals(df: pl.DataFrame) -> pl.DataFrame:
