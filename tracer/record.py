@@ -97,12 +97,8 @@ class RecordConfig:
             raise TracerError(f"--max-prompts {self.max_prompts}: must be at least 1")
         if self.resume and self.force:
             raise TracerError("--resume and --force exclude each other")
-        t = self.sampler
-        if not (0.0 <= t.temperature <= 100.0) or not (0.0 < t.top_p <= 1.0) or t.top_k < 0 or t.seed < 0:
-            raise TracerError(f"--temperature {t.temperature} in [0, 100], --top-p {t.top_p} in (0, 1], "
-                              f"--sample-top-k {t.top_k} and --seed {t.seed} at least 0")
-        if t.greedy and (t.top_p != 1.0 or t.top_k):
-            raise TracerError("--top-p and --sample-top-k apply to sampling: give --temperature above 0")
+        if (why := self.sampler.problem()) is not None:
+            raise TracerError(why)
         try:
             check_output(self.out, TRACE, force=self.force, resume=self.resume, can_resume=True)
         except EcoSimError as e:

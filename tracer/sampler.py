@@ -36,6 +36,15 @@ class Sampler:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    def problem(self) -> str | None:
+        """Why these settings cannot sample, in the CLI's words (None: they can); each command raises it as its error."""
+        if not (0.0 <= self.temperature <= 100.0) or not (0.0 < self.top_p <= 1.0) or self.top_k < 0 or self.seed < 0:
+            return (f"--temperature {self.temperature} in [0, 100], --top-p {self.top_p} in (0, 1], "
+                    f"--sample-top-k {self.top_k} and --seed {self.seed} at least 0")
+        if self.greedy and (self.top_p != 1.0 or self.top_k):
+            return "--top-p and --sample-top-k apply to sampling: give --temperature above 0"
+        return None
+
     def decoding(self) -> dict[str, object]:
         """The manifest's `decoding` object."""
         if self.greedy:

@@ -99,11 +99,8 @@ class RunConfig:
         if self.trace is not None and not (self.trace / MANIFEST).is_file():
             raise EcoSimError(f"--trace {self.trace}: no such trace (a directory with {MANIFEST})")
         t = self.sampler
-        if not (0.0 <= t.temperature <= 100.0) or not (0.0 < t.top_p <= 1.0) or t.top_k < 0 or t.seed < 0:
-            raise EcoSimError(f"--temperature {t.temperature} in [0, 100], --top-p {t.top_p} in (0, 1], "
-                              f"--sample-top-k {t.top_k} and --seed {t.seed} at least 0")
-        if t.greedy and (t.top_p != 1.0 or t.top_k):
-            raise EcoSimError("--top-p and --sample-top-k apply to sampling: give --temperature above 0")
+        if (why := t.problem()) is not None:
+            raise EcoSimError(why)
         if self.trace is not None and not t.greedy:
             from validate.recorded import check_same_sampler
 
