@@ -53,6 +53,16 @@ TINY = ModelShape(
 )
 
 
+def set_path(m, path, value) -> None:
+    """Set the nested key `path` (a sequence of keys) of JSON-like `m` to `value`; `KeyError` removes it."""
+    for k in path[:-1]:
+        m = m[k]
+    if value is KeyError:
+        del m[path[-1]]
+    else:
+        m[path[-1]] = value
+
+
 def tiny_trace(seed: int = 0, **overrides) -> tuple[dict, dict, dict]:
     """(manifest, positions, nodes) of a small synthetic trace of the TINY shape."""
     cfg = dict(requests=2, positions=40, depth=4, topk=3, max_nodes=12, seed=seed)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from conftest import set_path
 from fuzz_traces import FILES, MANIFEST, VOCAB, Case, E, K, _copy, _manifest_case, _nodes_case
 
 
@@ -32,21 +33,12 @@ ODD_VALUES = [None, True, False, 0, -1, 1, 2, 1.5, -0.0, float("nan"), float("in
               "", "x", "1", "ecosim-trace", [], [1], {}, {"a": 1}, "\u202e\u0000\n", "a" * 10_000]
 
 
-def _set_path(m: Any, path: tuple, value: Any) -> None:
-    for k in path[:-1]:
-        m = m[k]
-    if value is KeyError:
-        del m[path[-1]]
-    else:
-        m[path[-1]] = value
-
-
 def k_manifest_value(rng, base):
     m = json.loads(base.bytes[MANIFEST])
     paths = _paths(m)
     path = paths[int(rng.integers(0, len(paths)))]
     value = KeyError if rng.random() < 0.15 else ODD_VALUES[int(rng.integers(0, len(ODD_VALUES)))]
-    _set_path(m, path, value)
+    set_path(m, path, value)
     return _manifest_case(base, m, f"manifest {'.'.join(map(str, path))} = {str(value)[:20]}")
 
 
@@ -55,7 +47,7 @@ def k_manifest_version(rng, base):
     key = "version" if rng.random() < 0.7 else "format"
     value = [0, 4, -1, "1", 1.0, True, None, 10**20, [1], {"v": 1}, KeyError, "ecosim-trace-v2", "ECOSIM-TRACE"]
     v = value[int(rng.integers(0, len(value)))]
-    _set_path(m, (key,), v)
+    set_path(m, (key,), v)
     return _manifest_case(base, m, f"{key} = {v}", True)
 
 

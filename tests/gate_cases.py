@@ -9,7 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import ROOT, tiny_trace
+from conftest import ROOT, set_path, tiny_trace
 from ecosim.cli import main as ecosim_main
 from ecosim.trace.io import write_trace
 
@@ -44,13 +44,6 @@ def edited(base: Path, to: Path, path: str, value: object) -> Path:
     """A copy of the trace with one manifest key set (KeyError: removed)."""
     shutil.copytree(base, to)
     m = json.loads((to / "manifest.json").read_text())
-    keys = path.split(".")
-    o = m
-    for k in keys[:-1]:
-        o = o[k]
-    if value is KeyError:
-        del o[keys[-1]]
-    else:
-        o[keys[-1]] = value
+    set_path(m, path.split("."), value)
     (to / "manifest.json").write_text(json.dumps(m, allow_nan=True))
     return to

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import hand_trace, tiny_trace
+from conftest import hand_trace, set_path, tiny_trace
 from ecosim.cli import main
 from ecosim.errors import EcoSimError
 from ecosim.trace import check_trace, read_trace, write_trace
@@ -85,13 +85,7 @@ def _set(table: str, column: str, index, value):
 
 def _manifest(path: list, value):
     def mutate(m, p, n):
-        d = m
-        for k in path[:-1]:
-            d = d[k]
-        if value is KeyError:
-            del d[path[-1]]
-        else:
-            d[path[-1]] = value
+        set_path(m, path, value)
     return mutate
 
 
