@@ -40,12 +40,16 @@ def k_bitflip(rng, base):
     return Case(base, {name: bytes(data)}, name, False, "bytes flipped", raw=True)
 
 
+def _footer_start(data: bytearray) -> int:
+    """Offset of a Parquet file's Thrift footer (its length sits before the closing magic)."""
+    return max(4, len(data) - 8 - int.from_bytes(data[-8:-4], "little"))
+
+
 def k_footer(rng, base):
     """Damage in the Thrift footer: where row counts, offsets and sizes live."""
     name = _parquet_file(rng)
     data = bytearray(base.bytes[name])
-    footer = int.from_bytes(data[-8:-4], "little")
-    lo = max(4, len(data) - 8 - footer)
+    lo = _footer_start(data)
     for _ in range(int(rng.integers(1, 4))):
         i = int(rng.integers(lo, len(data) - 8))
         data[i] = int(rng.choice([0xFF, 0x7F, 0x80, 0x00, rng.integers(0, 256)]))
@@ -56,8 +60,7 @@ def k_varint(rng, base):
     """A varint in the footer made huge: counts and sizes of 2^60 must not be allocated."""
     name = _parquet_file(rng)
     data = bytearray(base.bytes[name])
-    footer = int.from_bytes(data[-8:-4], "little")
-    lo = max(4, len(data) - 8 - footer)
+    lo = _footer_start(data)
     i = int(rng.integers(lo, len(data) - 8))
     run = int(rng.integers(1, 9))
     for j in range(i, min(i + run, len(data) - 8)):
