@@ -32,6 +32,7 @@ from ecosim.errors import EcoSimError
 from ecosim.policies import Context, PolicySpec
 from ecosim.policies.base import ALL_STEPS, picked
 from ecosim.predictors import ExpertPredictor, get_predictor
+from ecosim.predictors.sets import PredictedSets
 from ecosim.trace.io import Trace
 from ecosim.steps import Steps, make_row, union_bits, walk
 from ecosim.tree import Trees
@@ -82,8 +83,8 @@ class TraceReplay:
         a predictor file: a retrained file is loaded again)."""
         return self.memo.get(TRACE, ("predictor", name, *_stamp(name)), lambda: self.predictors.get(name) or get_predictor(name))
 
-    def predicted(self, name: str) -> np.ndarray:
-        return self.memo.get(TRACE, ("predicted", name, *_stamp(name)), lambda: self.predictor(name).predict(self.trace))
+    def predicted(self, name: str) -> PredictedSets:
+        return self.memo.get(TRACE, ("predicted", name, *_stamp(name)), lambda: self.predictor(name).predict_sets(self.trace))
 
     def context(self, cost: CostModel | None = None) -> Context:
         return Context(self.trees, self.trace.model, self.predicted, self.predictor,

@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from ecosim.acceptance import fold_of_rows
+from ecosim.predictors.sets import PredictedSets
 from ecosim.tree import Trees
 
 
@@ -42,9 +43,10 @@ def _mark(ids, x, seen):
 
 
 @njit(cache=True)
-def new_counts(start, n_nodes, cum_logprob, predicted, true, num_experts, fold, n_folds, ranks):
+def new_counts(start, n_nodes, cum_logprob, predicted, true, num_experts, fold, n_folds, ranks, index=None):
     """(folds, ranks, 2) predicted and true new experts of the k-th non-root node of each tree (k =
-    1 .. ranks - 1), each counted against the union of the nodes before it in confidence order."""
+    1 .. ranks - 1), each counted against the union of the nodes before it in confidence order.
+    Row x's predicted set is predicted[index[x]] (predictors/sets.py), predicted[x] when `index` is None."""
     out = np.zeros((n_folds, ranks, 2))
     seen_p = np.zeros((predicted.shape[1], num_experts), dtype=np.bool_)
     seen_t = np.zeros((true.shape[1], num_experts), dtype=np.bool_)
@@ -53,29 +55,30 @@ def new_counts(start, n_nodes, cum_logprob, predicted, true, num_experts, fold, 
         order = s0 + np.argsort(-cum_logprob[s0:s0 + n], kind="mergesort")  # stable: ties by id
         seen_p[:] = False
         seen_t[:] = False
-        _mark(predicted, s0, seen_p)  # the root first: what every other node is new against
+        _mark(predicted, s0 if index is None else index[s0], seen_p)  # the root first: what every other node is new against
         _mark(true, s0, seen_t)
         f, rank = fold[i], 0
         for x in order:  # then every other node in confidence order
             if x == s0:
                 continue
             rank += 1
-            out[f, rank, 0] += _mark(predicted, x, seen_p)
+            out[f, rank, 0] += _mark(predicted, x if index is None else index[x], seen_p)
             out[f, rank, 1] += _mark(true, x, seen_t)
     return out
 
 
-def union_scale(trees: Trees, predicted: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+def union_scale(trees: Trees, predicted: PredictedSets | np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
     """(beta (folds, ranks), fold of each tree, in_sample): beta[f, k] fitted on the trees not in fold f."""
     ranks = int(trees.n_nodes.max(initial=1)) + 1
     fold = fold_of_rows(trees)[trees.start]
     n_folds = int(fold.max(initial=0)) + 1
     beta = np.ones((n_folds, ranks))
     true = trees.trace.experts_3d()
-    if _same_array(predicted, true):  # the prediction is the routing (the oracle): 1 by definition, no count
+    sets = PredictedSets.of(predicted)
+    if sets.index is None and _same_array(sets.table, true):  # the prediction is the routing (the oracle): 1 by definition, no count
         return beta, fold, n_folds == 1
-    counts = new_counts(trees.start, trees.n_nodes, trees.cum_logprob, predicted, true,
-                        trees.trace.model.num_experts, fold, n_folds, ranks)
+    counts = new_counts(trees.start, trees.n_nodes, trees.cum_logprob, sets.table, true,
+                        trees.trace.model.num_experts, fold, n_folds, ranks, sets.index)
     for f in range(n_folds):
         c = counts.sum(axis=0) - counts[f] if n_folds > 1 else counts[f]
         for k in range(1, ranks):

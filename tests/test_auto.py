@@ -24,6 +24,7 @@ from ecosim.policies import PolicySpec, select_confidence
 from ecosim.replay import TraceReplay
 from ecosim.trace.io import read_trace
 from ecosim.tree import Trees
+from ecosim.union_scale import union_scale
 
 
 def run_grow(parent, value, experts, draft=0.0, layer=None, other=None):
@@ -195,6 +196,13 @@ def test_auto_runs_end_to_end_and_never_slower_than_its_own_root_choice(write):
     every = auto_select(r.trees, *auto_order(r.trees, r.predicted("token"), values(c, "calibrated"), pricer(c),
                                              trace.positions["context_len"]))
     assert r.run(spec, cost).time_s == pytest.approx(r.run_selection(every, cost).time_s, rel=1e-12)
+    # the token predictor's sets, held once per token, grow and scale exactly as the same sets row by row
+    sets = r.predicted("token")
+    assert sets.index is not None
+    indexed, dense = ((*auto_order(r.trees, p, values(c, "calibrated"), pricer(c), trace.positions["context_len"],
+                                   scale=union_scale(r.trees, p)[:2]), *union_scale(r.trees, p)[:1])
+                      for p in (sets, sets.dense()))
+    assert all(np.array_equal(a, b) for a, b in zip(indexed, dense))
 
 
 def cli(capsys, *args: str) -> tuple[int, str, str]:

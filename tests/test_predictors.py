@@ -149,6 +149,27 @@ def test_saved_predictors_load_back_to_identical_predictions(traces: dict[str, P
     assert first.shape[2] == selection.width(SHAPE.num_experts, SHAPE.top_k)
 
 
+@pytest.mark.parametrize("kind,selection", [("freq", Selection()), ("token", Selection()), ("context", Selection()),
+                                            ("token", Selection(mass=0.6, max_size=5))])
+def test_predicted_sets_are_the_predictions_held_once_per_token(traces: dict[str, Path], tmp_path: Path, kind: str,
+                                                                 selection: Selection) -> None:
+    """`predict_sets` gives every row the set `predict` gives it; a kind that predicts by token alone
+    holds one set per (fold, token seen), not one per row; a trained file does the same."""
+    t = read_trace(traces["mixed"])
+    opts = CONTEXT if kind == "context" else {}
+    sets = KFoldPredictor(kind, folds=3, selection=selection, **opts).predict_sets(t)
+    assert np.array_equal(sets.dense(), KFoldPredictor(kind, folds=3, selection=selection, **opts).predict(t))
+    assert sets.shape == (len(t.nodes["node"]), SHAPE.num_moe_layers, selection.width(SHAPE.num_experts, SHAPE.top_k))
+    distinct = len(np.unique(t.nodes["token"]))
+    if kind == "context":  # conditioned on more than the token: one set per row
+        assert sets.index is None
+    else:
+        assert len(sets.table) <= 3 * ((distinct + 1) if kind == "token" else 1)
+    pred, record = train([t], kind, 0.34, 0, selection, **opts)
+    assert np.array_equal(pred.predict_sets(t).dense(), pred.predict(t))
+    assert np.array_equal(sets.rows(5, 40), sets.dense()[5:40])
+
+
 def test_scores_are_distributions_and_selection_follows_them(traces: dict[str, Path]) -> None:
     t = read_trace(traces["mixed"])
     view = draft_view(t)

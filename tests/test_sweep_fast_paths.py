@@ -82,6 +82,7 @@ def _ecospec_reference(trees, budget, lam, predicted, num_experts, top_k, score=
 def test_fast_selection_and_packing_equal_their_references(write, seed):
     from ecosim.bitsets import pack, pack_groups
     from ecosim.policies import ecospec_offsets, select_confidence, select_ecospec
+    from ecosim.predictors.sets import PredictedSets
     from ecosim.trace.io import read_trace
     from ecosim.tree import Trees
 
@@ -104,6 +105,10 @@ def test_fast_selection_and_packing_equal_their_references(write, seed):
             got = select_ecospec(trees, budget, lam, predicted, m.num_experts, m.top_k, score)
             assert np.array_equal(got, want), (budget, lam, score)
             assert np.array_equal(select_ecospec(trees, budget, lam, predicted, m.num_experts, m.top_k, score, offsets=offsets), want)
+            # the same sets held once each, every row an index into them (predictors/sets.py)
+            table, index = np.unique(predicted, axis=0, return_inverse=True)
+            got = select_ecospec(trees, budget, lam, PredictedSets(table, index.ravel()), m.num_experts, m.top_k, score)
+            assert np.array_equal(got, want)
     for budget in (0, 1, 3, 8, 100):
         assert np.array_equal(select_confidence(trees, budget), _confidence_reference(trees, budget))
 

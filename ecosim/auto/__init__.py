@@ -33,18 +33,19 @@ import numpy as np
 
 from ecosim.auto.grow import PATIENCE, grow
 from ecosim.marginal import StepPricer
+from ecosim.predictors.sets import PredictedSets
 
 __all__ = ["PATIENCE", "auto_order", "auto_select", "grow"]
 
 
-def auto_order(trees, predicted: np.ndarray, value: np.ndarray, pricer: StepPricer, context: np.ndarray,
+def auto_order(trees, predicted: PredictedSets | np.ndarray, value: np.ndarray, pricer: StepPricer, context: np.ndarray,
                resident: np.ndarray | None = None, only: np.ndarray | None = None,
                patience: int = PATIENCE, visited_only: bool = False, other: np.ndarray | None = None,
                out: tuple[np.ndarray, np.ndarray] | None = None,
                rate: np.ndarray | None = None,
                scale: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(order per row, best prefix per tree) of the auto growth over `trees` (tree.Trees) or the
-    trees `only` lists; `predicted` (rows, layers, m) int16 expert ids; `value` (rows,) path values;
+    trees `only` lists; `predicted` the predicted expert sets (predictors/sets.py; or (rows, layers, m) ids); `value` (rows,) path values;
     `context` (trees,) tokens before each root; `resident` (len(only) or trees, layers, words) the
     offload cache's bits as each tree sees it. `visited_only`: grow only the trees the requests
     visit under this policy (the others keep the root alone; see `grow`).
@@ -54,6 +55,7 @@ def auto_order(trees, predicted: np.ndarray, value: np.ndarray, pricer: StepPric
     and best-prefix arrays to write into (only the grown trees' rows are written), and `rate`, the
     running (expected tokens, seconds) of the steps selected so far, which each call reads and adds
     to (a fresh one when None)."""
+    sets = PredictedSets.of(predicted)
     ids = np.arange(trees.n_trees) if only is None else np.asarray(only, dtype=np.int64)
     if out is None:
         out = np.full(trees.n_rows, -1, dtype=np.int64), np.zeros(trees.n_trees, dtype=np.int64)
@@ -63,18 +65,18 @@ def auto_order(trees, predicted: np.ndarray, value: np.ndarray, pricer: StepPric
         raise ValueError(f"pricer built for {pricer.layer.shape[1] - 2} tokens; trees hold {max_n}")
     if other is None:
         other = pricer.other(context, int(trees.n_nodes.max(initial=1)))
-    res = resident if resident is not None else np.zeros((0, predicted.shape[1], pricer.masks.shape[1]), dtype=np.uint64)
+    res = resident if resident is not None else np.zeros((0, sets.table.shape[1], pricer.masks.shape[1]), dtype=np.uint64)
     rate = np.zeros(2) if rate is None else rate
     beta_fold = (None, None) if scale is None else scale
-    args = (ids, trees.start, trees.n_nodes, trees.trace.nodes["parent"], value, trees.cum_logprob, predicted,
+    args = (ids, trees.start, trees.n_nodes, trees.trace.nodes["parent"], value, trees.cum_logprob, sets.table,
             pricer.masks, pricer.layer, pricer.steps, other, pricer.draft, pricer.copy, res, order, best_k, patience)
     if visited_only and only is None:
         end = np.zeros(trees.n_trees, dtype=np.int64)
         for _, sl in trees.request_slices():
             end[sl] = sl.stop
-        grow(*args, end, trees.accepted, trees.depth, rate, *beta_fold)
+        grow(*args, end, trees.accepted, trees.depth, rate, *beta_fold, sets.index)
     else:
-        grow(*args, None, None, None, rate, *beta_fold)
+        grow(*args, None, None, None, rate, *beta_fold, sets.index)
     return order, best_k
 
 

@@ -70,13 +70,21 @@ def _popcount(x: np.uint64) -> np.int64:
 
 
 @njit(cache=True, inline="always")
-def _pack(ids, s0, x, bits):
-    """Node x of the tree starting at row s0: its expert ids -> bitsets in bits[x] (layers, words)."""
+def _row(index, r):
+    """Row r's entry of the predicted sets: `index[r]`, or r itself when each row is its own set (None)."""
+    if index is None:
+        return r
+    return index[r]
+
+
+@njit(cache=True, inline="always")
+def _pack(ids, r, x, bits):
+    """Entry r of the predicted sets: its expert ids -> bitsets in bits[x] (layers, words)."""
     for l in range(ids.shape[1]):
         for w in range(bits.shape[2]):
             bits[x, l, w] = 0
         for j in range(ids.shape[2]):
-            e = ids[s0 + x, l, j]
+            e = ids[r, l, j]
             if e >= 0:
                 bits[x, l, e >> 6] |= np.uint64(1) << np.uint64(e & 63)
 
@@ -106,12 +114,13 @@ def _layers_time(layer, u, tok):
 
 @njit(cache=True)
 def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, steps, other, draft, copy, resident, order, best_k,
-         patience=0, end=None, accepted=None, depth=None, rate=None, beta=None, fold=None):
+         patience=0, end=None, accepted=None, depth=None, rate=None, beta=None, fold=None, index=None):
     """Grow every tree in value-per-second order; write each row's pick step to `order` (-1 roots,
     n for rows never picked) and each tree's best prefix length to `best_k`.
 
     trees: the trees to grow; start, n_nodes (all trees) first row and size of each; parent (rows,)
-    local parent id; value, key (rows,); ids (rows, layers, m) int16 predicted experts (-1 pads),
+    local parent id; value, key (rows,); ids (sets, layers, m) predicted expert sets (-1 pads), row r's
+    set ids[index[r]] (`index` None: ids[r]; predictors/sets.py),
     packed tree by tree into bitsets (one uint64 word per 64 experts); devmask (devices, words);
     layer (u + 1, tokens + 2) seconds and steps = marginal.layer_steps(layer); other (all trees, tokens + 2) seconds; resident
     (len(trees), layers, words) offload cache bits, or (0, layers, words) without a cache;
@@ -150,7 +159,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, steps, 
     while i < len(trees):
         tree = trees[i]
         s0, n = start[tree], n_nodes[tree]
-        _pack(ids, s0, 0, bits)  # the others are packed when they first reach the frontier
+        _pack(ids, _row(index, s0), 0, bits)  # the others are packed when they first reach the frontier
         t = i
         s = 0  # rows of this tree in `bits` are 0..n-1; in the trace s0..s0+n-1
         order[s0] = -1
@@ -192,7 +201,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, steps, 
         while x > 0:
             fr[nf] = x
             nf += 1
-            _pack(ids, s0, x, bits)
+            _pack(ids, _row(index, s0 + x), x, bits)
             x = next_sib[x]
         drafted_score, drafted = -np.inf, 0  # the best prefix beyond the root so far, and its length
         for k in range(1, n):
@@ -314,7 +323,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, steps, 
             while x > 0:
                 fr[nf] = x
                 nf += 1
-                _pack(ids, s0, x, bits)
+                _pack(ids, _row(index, s0 + x), x, bits)
                 x = next_sib[x]
             score = 1.0 + v_sum - lam * time
             if score > drafted_score:

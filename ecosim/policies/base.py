@@ -29,6 +29,7 @@ from ecosim.catalog.models import ModelShape
 from ecosim.cost import CostModel
 from ecosim.errors import EcoSimError
 from ecosim.predictors import ExpertPredictor, OraclePredictor
+from ecosim.predictors.sets import PredictedSets
 from ecosim.tree import Trees
 
 T = TypeVar("T")
@@ -113,7 +114,7 @@ class Knob:
 class Context:
     """What a policy may use to select over one trace's candidate trees.
 
-    `predicted(name)` is a predictor's (rows, layers, m) int16 expert ids (-1 pads), cached per
+    `predicted(name)` is a predictor's expert sets for every row (predictors/sets.py), cached per
     trace; `true_routing(name)` says they are the trace's own routing (no id repeats in a layer).
     `memo(key, make)` keeps a value per trace (ranks, offsets: nothing that holds a budget).
     `cost` is the pricing in effect, for a policy whose entry says `priced` (None otherwise).
@@ -121,7 +122,7 @@ class Context:
 
     trees: Trees
     shape: ModelShape
-    predicted: Callable[[str], np.ndarray]
+    predicted: Callable[[str], PredictedSets]
     predictor: Callable[[str], ExpertPredictor]
     memo: Callable[[Hashable, Callable[[], Any]], Any]
     cost: CostModel | None = None

@@ -25,26 +25,27 @@ import numpy as np
 
 from ecosim.policies.base import Context, Knobs, Policy
 from ecosim.policies.knobs import BUDGET, LAMBDA, PREDICTOR, SCORE
+from ecosim.predictors.sets import PredictedSets
 from ecosim.tree import Trees
 
 Score = Literal["difference", "ratio"]
 
 
 def select_ecospec(
-    trees: Trees, budget: int, lam: float, predicted: np.ndarray, num_experts: int, top_k: int,
+    trees: Trees, budget: int, lam: float, predicted: PredictedSets | np.ndarray, num_experts: int, top_k: int,
     score: Score = "difference", offsets: np.ndarray | None = None,
 ) -> np.ndarray:
     """Greedy cost-aware growth from the root, vectorised over trees (see the module docstring).
 
-    `predicted` is (rows, layers, m) int16 predicted expert ids per node (-1 pads); `offsets` is
-    `ecospec_offsets(predicted, num_experts)` when the caller has it cached. The selection is the
-    root plus the nodes `ecospec_order` picks in its first `budget` steps.
+    `predicted` is the predicted expert sets (predictors/sets.py), or (rows, layers, m) ids per node
+    (-1 pads); `offsets` is `ecospec_offsets(predicted, num_experts)` when the caller has it cached.
+    The selection is the root plus the nodes `ecospec_order` picks in its first `budget` steps.
     """
     return (trees.depth == 0) | (ecospec_order(trees, budget, lam, predicted, num_experts, top_k, score, offsets) < budget)
 
 
 def ecospec_order(
-    trees: Trees, budget: int, lam: float, predicted: np.ndarray, num_experts: int, top_k: int,
+    trees: Trees, budget: int, lam: float, predicted: PredictedSets | np.ndarray, num_experts: int, top_k: int,
     score: Score = "difference", offsets: np.ndarray | None = None, distinct: bool = False,
 ) -> np.ndarray:
     """The step (0, 1, ...) at which ecospec's greedy growth picks each row within `budget` steps;
@@ -69,7 +70,8 @@ def ecospec_order(
     order = np.where(trees.depth == 0, -1, budget).astype(np.int32)
     if budget == 0:
         return order
-    layers = predicted.shape[1]
+    sets = PredictedSets.of(predicted)
+    layers = sets.table.shape[1]
     norm = float(layers * top_k)
 
     def scored(v: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -81,7 +83,7 @@ def ecospec_order(
     parent_local = trees.trace.nodes["parent"].astype(np.int64)
     span = layers * (num_experts + 1)  # one tree's buffer; byte 0 is always set (pads point there)
     chunk = max(8, (1 << 20) // span)  # ~1 MB of buffers at a time (stays in L2 with its indices)
-    width = layers * predicted.shape[2]
+    width = layers * sets.table.shape[2]
     for a in range(0, trees.n_trees, chunk):
         t = np.arange(a, min(a + chunk, trees.n_trees))
         n = trees.n_nodes[t]
@@ -89,7 +91,7 @@ def ecospec_order(
         rows = np.where(valid, trees.start[t][:, None] + np.arange(n_max)[None, :], 0)
         lo, hi = int(trees.start[t[0]]), int(trees.start[t[-1]] + n[-1])  # the chunk's rows, contiguous
         if offsets is None:
-            off = ecospec_offsets(predicted[lo:hi], num_experts, distinct=distinct)
+            off = ecospec_offsets(sets.rows(lo, hi), num_experts, distinct=distinct)
             orow = np.where(valid, rows - lo, 0)
         else:
             off, orow = offsets, rows

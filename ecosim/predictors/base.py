@@ -32,7 +32,8 @@ from numba import njit
 
 from ecosim.errors import EcoSimError
 from ecosim.predictors.candidates import Candidates
-from ecosim.predictors.view import draft_view, fingerprint
+from ecosim.predictors.sets import PredictedSets
+from ecosim.predictors.view import DraftView, draft_view, fingerprint
 from ecosim.trace.io import Trace
 
 CHUNK = 2048  # candidates scored at once at most
@@ -167,6 +168,11 @@ class ExpertPredictor(ABC):
         anything (-1 or predictions); callers read the rows they asked for.
         """
 
+    def predict_sets(self, trace: Trace) -> PredictedSets:
+        """`predict` of every row as predicted sets (sets.py): row by row unless the predictor
+        knows its distinct sets (a token-conditioned one: one set per token)."""
+        return PredictedSets(self.predict(trace))
+
     def describe(self) -> str:
         return self.name
 
@@ -254,9 +260,14 @@ class ScoringPredictor(ExpertPredictor):
         s = self.scores(cands) if self.selection.mass is not None else self.rank_scores(cands)
         return self.selection.apply(s, self.shape.top_k)
 
-    def predict(self, trace: Trace, only: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
-        """As `ExpertPredictor.predict`; `out` (rows, layers, m) int16 receives the rows asked for in
-        place of a new array (k-fold prediction fills one array fold by fold)."""
+    def sets_by_token(self, token: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """When what `select` returns depends on the candidate's token alone: the distinct sets
+        (sets, layers, m) and the entry of each token in `token`; None (the default) otherwise."""
+        return None
+
+    def _checked(self, trace: Trace, only: np.ndarray | None) -> DraftView:
+        """The trace's draft view, after refusing a trace of another shape and warning when the
+        rows asked for belong to requests this predictor was trained on."""
         self.shape.check(trace, self.describe())
         view = draft_view(trace)
         if self.warn_in_sample and self.training:
@@ -265,6 +276,21 @@ class ScoringPredictor(ExpertPredictor):
             if seen:
                 print(f"ecosim: warning: predictor {self.source or self.kind} was trained on request(s) {seen} of trace "
                       f"{trace.name}; its predictions there are in-sample (optimistic)", file=sys.stderr)
+        return view
+
+    def predict_sets(self, trace: Trace) -> PredictedSets:
+        self.shape.check(trace, self.describe())
+        by_token = self.sets_by_token(draft_view(trace).token)
+        if by_token is None:
+            return PredictedSets(self.predict(trace))
+        self._checked(trace, None)
+        table, entry = by_token
+        return PredictedSets(table.astype(np.int16, copy=False), entry.astype(np.int64, copy=False))
+
+    def predict(self, trace: Trace, only: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        """As `ExpertPredictor.predict`; `out` (rows, layers, m) int16 receives the rows asked for in
+        place of a new array (k-fold prediction fills one array fold by fold)."""
+        view = self._checked(trace, only)
         true = trace.experts_3d()
         m = self.selection.width(self.shape.num_experts, self.shape.top_k)
         if out is None:

@@ -53,10 +53,18 @@ class FreqPredictor(ScoringPredictor):
         return np.broadcast_to(self.prior, (len(cands), *self.prior.shape)).copy()
 
     def select(self, cands: Candidates) -> np.ndarray:
+        picked = self._set()
+        return np.broadcast_to(picked, (len(cands), *picked.shape[1:]))
+
+    def sets_by_token(self, token: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One set, every token's."""
+        return self._set(), np.zeros(len(token), dtype=np.int64)
+
+    def _set(self) -> np.ndarray:
+        """(1, layers, m) the set of every candidate, selected once per selection."""
         if self._picked is None or self._picked[0] != self.selection:
             self._picked = (self.selection, self.selection.apply(self.prior[None], self.shape.top_k))
-        picked = self._picked[1]
-        return np.broadcast_to(picked, (len(cands), *picked.shape[1:]))
+        return self._picked[1]
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {"prior": self.prior}

@@ -12,12 +12,14 @@ A trace with a single request cannot be predicted this way: train a file on othe
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from ecosim.errors import EcoSimError
 from ecosim.predictors.base import ExpertPredictor, Selection, Shape
+from ecosim.predictors.sets import PredictedSets
 from ecosim.predictors.train import KINDS, PREV_KINDS, TrainingRows, fit
 from ecosim.predictors.view import draft_view, fingerprint, request_ids, request_mask
 from ecosim.trace.io import Trace
@@ -95,21 +97,51 @@ class KFoldPredictor(ExpertPredictor):
         perm = np.random.default_rng(self.seed).permutation(len(reqs))
         return {reqs[j]: i % n for i, j in enumerate(perm)}
 
-    def predict(self, trace: Trace, only: np.ndarray | None = None) -> np.ndarray:
-        shape = Shape.of(trace)
-        view = draft_view(trace)
-        mask = view.whole_trees(only)
-        m = self.selection.width(shape.num_experts, shape.top_k)
-        out = np.full((view.n_rows, shape.num_moe_layers, m), -1, dtype=np.int16)
-        # the whole trace, with no models kept: each fold fitted, cut to what selecting reads,
-        # predicted and dropped in turn (one model in memory at a time, none left afterwards)
+    def _fold_models(self, trace: Trace, only: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, Any]]:
+        """(rows mask, model) of each fold: the rows of its requests within `only`'s trees, and the
+        model fitted on the other folds. For the whole trace no model is kept: each fold's is
+        fitted, cut to what selecting reads, used and dropped in turn (one in memory at a time)."""
+        mask = draft_view(trace).whole_trees(only)
         whole = only is None and fingerprint(trace) != self._trace
         fold_of = self.fold_of(trace) if whole else self._fitted(trace)[0]
-        for f in sorted(set(fold_of.values())):  # each fold's rows (whole trees: a request's) written in place
+        for f in sorted(set(fold_of.values())):  # each fold's rows: whole trees, a request's
             rows = request_mask(trace, [r for r, g in fold_of.items() if g == f]) & mask
-            if not rows.any():
-                continue
-            model = self._fit_fold(trace, fold_of, f, selection_only=True) if whole else self._models[f]
+            if rows.any():
+                yield rows, (self._fit_fold(trace, fold_of, f, selection_only=True) if whole else self._models[f])
+
+    def _empty(self, trace: Trace, rows: int) -> np.ndarray:
+        shape = Shape.of(trace)
+        m = self.selection.width(shape.num_experts, shape.top_k)
+        return np.full((rows, shape.num_moe_layers, m), -1, dtype=np.int16)
+
+    def predict_sets(self, trace: Trace) -> PredictedSets:
+        """Every row's set, each fold's from its own model: the folds' distinct sets stacked while
+        the fold models predict by token alone (`sets_by_token`), else row by row as `predict`."""
+        token = draft_view(trace).token
+        index = np.full(len(token), -1, dtype=np.int64)
+        tables: list[np.ndarray] = []
+        out: np.ndarray | None = None  # row by row, once a fold's model is not by token
+        for rows, model in self._fold_models(trace):
+            by_token = None if out is not None else model.sets_by_token(token[rows])
+            if by_token is not None:
+                table, entry = by_token
+                index[rows] = sum(map(len, tables)) + entry
+                tables.append(table.astype(np.int16, copy=False))
+            else:
+                if out is None:  # the folds so far, row by row
+                    out = self._empty(trace, len(token))
+                    done = index >= 0
+                    if tables:
+                        out[done] = np.concatenate(tables)[index[done]]
+                model.predict(trace, only=rows, out=out)
+            del model  # before the next fold's is fitted
+        if out is not None:
+            return PredictedSets(out)
+        return PredictedSets(np.concatenate(tables) if tables else self._empty(trace, 0), np.maximum(index, 0))
+
+    def predict(self, trace: Trace, only: np.ndarray | None = None) -> np.ndarray:
+        out = self._empty(trace, draft_view(trace).n_rows)
+        for rows, model in self._fold_models(trace, only):
             model.predict(trace, only=rows, out=out)
-            del model
+            del model  # before the next fold's is fitted
         return out

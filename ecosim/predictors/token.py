@@ -180,9 +180,16 @@ class TokenPredictor(ScoringPredictor):
         self.table = TokenTable(t.tokens, t.n, t.ids[:0], t.counts[:0], t.prior, t.alpha, t.top_k)
 
     def select(self, cands: Candidates) -> np.ndarray:
+        return self._picked_sets()[self.table.lookup(cands.token) + 1]
+
+    def sets_by_token(self, token: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The prepared sets (the unseen token's first) and each token's entry: `select` is their gather."""
+        return self._picked_sets(), self.table.lookup(token) + 1
+
+    def _picked_sets(self) -> np.ndarray:
         self.prepare()
         assert self._picked is not None
-        return self._picked[1][self.table.lookup(cands.token) + 1]
+        return self._picked[1]
 
     def arrays(self) -> dict[str, np.ndarray]:
         t = self.table

@@ -1,0 +1,53 @@
+"""Predicted expert sets of a trace's node rows: the distinct sets, and each row's index into them.
+
+A predictor that conditions on the candidate's token alone (`token`, `freq`) predicts one set per
+token and fold: a few thousand distinct sets for 10^5-10^6 node rows (4,097 per fold for the
+610,000 rows of the bench's DeepSeek-V3.1 trace). Held row by row, as (rows, layers, m) ids, those
+predictions took as much memory as the routing itself; held as the sets and an index they take a
+few MB. A predictor that predicts row by row (`context`, the oracle) is its own table, with the
+identity index, and a slice of it is a view.
+
+The cost-aware policies read a row's set as `table[index[row]]`: the compiled growth and counts
+index through `index`, and `ecospec` materialises one chunk of trees at a time (`rows`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PredictedSets:
+    """`table` (sets, layers, m) expert ids, -1 pads; `index` (rows,) int64, the set of each row,
+    or None when the table holds one set per row (the identity)."""
+
+    table: np.ndarray
+    index: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, predicted: PredictedSets | np.ndarray) -> PredictedSets:
+        """`predicted` as sets: an array of one set per row is its own table."""
+        return predicted if isinstance(predicted, PredictedSets) else cls(np.asarray(predicted))
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.table) if self.index is None else len(self.index)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(rows, layers, m): the shape of the predictions held row by row."""
+        return (self.n_rows, *self.table.shape[1:])  # type: ignore[return-value]
+
+    def rows(self, a: int, b: int) -> np.ndarray:
+        """(b - a, layers, m) the sets of rows a..b (a view when the table is row by row)."""
+        return self.table[a:b] if self.index is None else self.table[self.index[a:b]]
+
+    def dense(self) -> np.ndarray:
+        """(rows, layers, m) every row's set: a copy unless the table is row by row."""
+        return self.table if self.index is None else self.table[self.index]
+
+    @property
+    def nbytes(self) -> int:
+        return self.table.nbytes + (0 if self.index is None else self.index.nbytes)
