@@ -49,7 +49,7 @@ class TokenTable:
         uniq, inv, n = np.unique(token.astype(np.int64), return_inverse=True, return_counts=True)
         order = _in_place(np.argsort(inv, kind="stable"), rows)
         bounds = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
-        ids, counts, slots = count_top(order, bounds, np.ascontiguousarray(experts, dtype=np.int16), E, width)
+        ids, counts, slots = count_top(order, bounds, np.ascontiguousarray(experts), E, width)
         prior = prior_of_counts(slots).astype(np.float32)  # expert_prior(experts, E), from the same pass
         return cls(uniq, n.astype(np.float32), ids, counts, prior, float(alpha), k)
 
@@ -64,7 +64,7 @@ class TokenTable:
         uniq, inv, n = np.unique(token.astype(np.int64), return_inverse=True, return_counts=True)
         order = _in_place(np.argsort(inv, kind="stable"), rows)
         bounds = np.concatenate([[0], np.cumsum(n)]).astype(np.int64)
-        ex = np.ascontiguousarray(experts, dtype=np.int16)
+        ex = np.ascontiguousarray(experts)  # the routing's own type: no copy of it
         # count_top's totals, first: every label row, in row order
         every = np.arange(len(ex), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
         prior = prior_of_counts(slot_counts(ex, every, num_experts)).astype(np.float32)

@@ -120,5 +120,5 @@ def _fingerprint(trace: Trace) -> str:
         h.update(np.ascontiguousarray(trace.positions[col]).tobytes())
     for col in ("parent", "token", "target_next"):
         h.update(np.ascontiguousarray(trace.nodes[col]).tobytes())
-    h.update(np.ascontiguousarray(trace.nodes["experts"][trace.tree_start[:-1]]).tobytes())
+    h.update(np.ascontiguousarray(trace.nodes["experts"][trace.tree_start[:-1]], dtype=np.int16).tobytes())  # as stored
     return h.hexdigest()[:16]

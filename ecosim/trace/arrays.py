@@ -18,15 +18,41 @@ from ecosim.trace.schema import PROVENANCES, VERSION
 ROW_GROUP = 8192
 
 
+def routing_dtype(num_experts: int) -> np.dtype:
+    """The narrowest type of a routing in memory: one byte per expert id where the model has at
+    most 256 experts (the format stores int16 and has no pads, so 0..255 is every id), else int16.
+    The routing is most of a trace's memory: one byte halves what a replay holds."""
+    return np.dtype(np.uint8) if num_experts <= 256 else np.dtype(np.int16)
+
+
+def narrow_routing(experts: np.ndarray, num_experts: int) -> np.ndarray:
+    """`experts` in `routing_dtype(num_experts)` when every id fits it (a trace not yet checked may
+    hold ids outside the model: those stay as they are, for the checker to name)."""
+    dtype = routing_dtype(num_experts)
+    if experts.dtype == dtype or experts.dtype.kind not in "iu":
+        return experts
+    info = np.iinfo(dtype)
+    if experts.size and (experts.min() < info.min or experts.max() > info.max):
+        return experts
+    return experts.astype(dtype)
+
+
 @dataclass
 class Trace:
-    """A whole trace in memory as numpy arrays; `experts` is (rows, moe_layers * top_k) int16."""
+    """A whole trace in memory as numpy arrays; `experts` is (rows, moe_layers * top_k) expert ids,
+    uint8 where the model has at most 256 experts, else int16 (`routing_dtype`)."""
 
     path: Path
     manifest: dict[str, Any]
     positions: dict[str, np.ndarray]
     nodes: dict[str, np.ndarray]
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        model = self.manifest.get("model") if isinstance(self.manifest, dict) else None
+        e = model.get("num_experts") if isinstance(model, dict) else None
+        if isinstance(e, int) and not isinstance(e, bool) and e > 0 and "experts" in self.nodes:
+            self.nodes = {**self.nodes, "experts": narrow_routing(np.asarray(self.nodes["experts"]), e)}
 
     @property
     def name(self) -> str:

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ecosim.errors import EcoSimError
-from ecosim.trace.arrays import ROW_GROUP, Trace
+from ecosim.trace.arrays import ROW_GROUP, Trace, narrow_routing
 from ecosim.trace.checks import TraceChecker, TraceError, check_manifest
 from ecosim.trace.schema import (
     MANIFEST,
@@ -190,6 +190,7 @@ def read_trace(path: str | Path, *, validate: bool = True) -> Trace:
     if rows != stored:  # before allocating: a corrupt count must not size an array
         raise TraceError(f"{path}/{POSITIONS}", f"n_nodes add up to {rows} rows but nodes.parquet has {stored}", column="n_nodes")
     nodes: dict[str, np.ndarray] = {}
+    num_experts = int(manifest["model"]["num_experts"])
     filled = 0
     try:
         for batch in iter_node_batches(path, manifest):
@@ -199,6 +200,10 @@ def read_trace(path: str | Path, *, validate: bool = True) -> Trace:
             if filled + n > rows:
                 raise TraceError(f"{path}/{NODES}", "more node rows than the trees of positions.parquet hold", filled + n - 1)
             for k, v in batch.items():  # fill preallocated arrays: no second copy of the trace
+                if k == "experts":  # in the narrowest type that holds every id (routing_dtype)
+                    v = narrow_routing(v, num_experts)
+                    if k in nodes and nodes[k].dtype.itemsize < v.dtype.itemsize:  # an unchecked id beyond the model's
+                        nodes[k] = nodes[k].astype(v.dtype)
                 if k not in nodes:
                     nodes[k] = np.empty((rows, *v.shape[1:]), dtype=v.dtype)
                 nodes[k][filled : filled + n] = v
