@@ -13,8 +13,9 @@ The synthetic DeepSeek-V3.1-shaped trace of the replay benchmark (10 requests x 
 - `all_policy_peak_rss_mb`: every policy at its defaults (`ecosim replay TRACE --placement ep:8
   --json`), the whole trace in memory; `baseline_mb` the same interpreter's peak for `ecosim
   --help`; `all_policy_beyond_baseline_over_disk` (peak - baseline) / the trace's bytes on disk,
-  target < 3. What takes it: the routing held as int16 (about twice its size on disk) and the
-  token predictor's predictions, as large again.
+  target < 3. What takes it: the routing, one byte per id (about its size on disk), the oracle's
+  chain unions, each policy's step unions, and what a replay holds whatever the trace's size
+  (speed.py's `fixed_mb`). The token predictor's predictions are its distinct sets (a few MB).
 """
 
 from __future__ import annotations

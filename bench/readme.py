@@ -141,7 +141,7 @@ def _speed(figs: dict, met) -> list[str]:
     out.append("")
     out += ["| figure | value | target | | what |", "|---|---:|---|---|---|"]
     for k in ("speed.wide.evict_over_confidence", "speed.wide.evict_over_union", "speed.baseline_mb",
-              "speed.all_policy_peak_mb", "speed.beyond_baseline_over_disk", "engines.des_over_fast",
+              "speed.all_policy_peak_mb", "speed.beyond_baseline_over_disk", "speed.fixed_mb", "engines.des_over_fast",
               "engines.des_events_over_fast"):
         if k in figs:
             f = figs[k]

@@ -26,10 +26,14 @@ Pricing: h200, `tp:8` (the placement DeepSeek-V3.1 is served on).
   own selection, about ten times confidence's nodes on these trees.
 - memory: `all_policy_peak_mb`, the peak RSS of `ecosim replay SMALL --placement tp:8 --json`
   (every policy, a fresh process), `baseline_mb` the same process's peak for `ecosim --help`,
-  and `beyond_baseline_over_disk`, (peak - baseline) / the trace's bytes on disk.
+  and `beyond_baseline_over_disk`, (peak - baseline) / the trace's bytes on disk. `fixed_mb` is
+  the same replay of a 2 x 8-position trace beyond the baseline: what a replay holds whatever the
+  trace's size (the compiled kernels and the code a replay loads beyond `--help`). On this 31 MB
+  trace it is most of the peak beyond the baseline; the ratio's target is measured on a large trace
+  (memory.py).
 
 Targets: ecospec and ecospec-auto warm <= 2.5x and cold <= 5x the union pass; evict <= 3x
-confidence; the all-policy peak under 400 MB and under 3x the trace's size beyond the baseline.
+confidence; the all-policy peak under 400 MB.
 """
 
 from __future__ import annotations
@@ -127,7 +131,13 @@ def run(report: Report, cache: Path, quick: bool, repeat: int) -> None:
     disk = disk_bytes(small)
     report.add(b, "baseline_mb", base / 1e6, "MB", note="the interpreter with ecosim's CLI loaded (ecosim --help)")
     report.add(b, "all_policy_peak_mb", peak / 1e6, "MB", target="< 400", note="every policy, default knobs, tp:8")
-    report.add(b, "beyond_baseline_over_disk", (peak - base) / disk, "x", target="< 3")
+    tiny = synthetic(cache, MODEL, 2, 8, max_nodes=64)
+    fixed, _ = peak_rss(["replay", str(tiny), "--placement", PLACEMENT, "--json"])
+    report.add(b, "beyond_baseline_over_disk", (peak - base) / disk, "x",
+               note="the target (< 3x) is on the large trace: memory.all_policy_beyond_baseline_over_disk")
+    report.add(b, "fixed_mb", (fixed - base) / 1e6, "MB",
+               note=f"the same replay of a 2 x 8-position trace ({disk_bytes(tiny) / 1e6:.1f} MB) beyond the baseline: "
+                    "held whatever the trace's size")
 
 
 def _timed(fn) -> float:

@@ -36,6 +36,36 @@ def test_round_trip_keeps_every_column_and_the_fixed_size_lists(tmp_path):
     assert schema.field("experts").type == pa.list_(pa.int16(), 3 * 2)
 
 
+@pytest.mark.parametrize("placement", ["hbm", "ep:2", "offload:4"])
+def test_the_routing_is_held_in_one_byte_up_to_256_experts_and_no_figure_depends_on_it(tmp_path, placement):
+    """Expert ids fit a byte where the model has at most 256 experts (the format has no pads): the
+    routing is read in that type with the values stored; every policy's totals are the same with
+    the routing held as int16."""
+    import ecosim
+    from ecosim.trace.arrays import Trace, routing_dtype
+
+    assert routing_dtype(256) == np.uint8 and routing_dtype(257) == np.int16
+    manifest, positions, nodes = tiny_trace(2)
+    trace = read_trace(write_trace(tmp_path / "t", manifest, positions, nodes))
+    assert trace.nodes["experts"].dtype == np.uint8 and np.array_equal(trace.nodes["experts"], nodes["experts"])
+    wide = Trace(tmp_path / "t", trace.manifest, trace.positions, dict(trace.nodes))
+    assert wide.nodes["experts"].dtype == np.uint8  # any Trace narrows what it is given ...
+    wide.nodes["experts"] = nodes["experts"].astype(np.int16)  # ... so widen it after, by hand
+    narrow_df, wide_df = (ecosim.replay([t], placement=placement, predictor="token") for t in (trace, wide))
+    assert narrow_df.drop("trace").equals(wide_df.drop("trace"))
+
+
+def test_an_unchecked_id_beyond_one_byte_is_kept_for_the_checker_to_name(tmp_path):
+    """Reading without the checks (what `ecosim traces` does for the manifest) never wraps an id."""
+    manifest, positions, nodes = tiny_trace(3)
+    nodes["experts"][5, 1] = 300  # not an expert of an 8-expert model
+    path = write_trace(tmp_path / "t", manifest, positions, nodes, validate=False)
+    raw = read_trace(path, validate=False)
+    assert raw.nodes["experts"].dtype == np.int16 and np.array_equal(raw.nodes["experts"], nodes["experts"])
+    with pytest.raises(TraceError, match="experts"):
+        read_trace(path)
+
+
 def test_lazy_scan_reads_the_nodes_without_loading_them(tmp_path):
     from ecosim.trace import scan_nodes
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ecosim.errors import EcoSimError
-from ecosim.trace.arrays import ROW_GROUP, Trace, narrow_routing
+from ecosim.trace.arrays import ROW_GROUP, Trace, narrow_routing, routing_dtype
 from ecosim.trace.checks import TraceChecker, TraceError, check_manifest
 from ecosim.trace.schema import (
     MANIFEST,
@@ -221,10 +221,12 @@ def read_trace(path: str | Path, *, validate: bool = True) -> Trace:
 
 
 def row_bytes(manifest: dict[str, Any], gates: bool) -> int:
-    """Bytes of one node row in memory: the scalar columns plus the expert (and gate) lists."""
+    """Bytes of one node row in memory: the scalar columns plus the expert (and gate) lists, the
+    experts in the type a Trace holds them in (`routing_dtype`)."""
     width = experts_width(manifest["model"])
     scalars = sum(t.byte_width for t in NODE_COLUMNS.values())
-    return scalars + width * 2 + (width * 4 if gates else 0)
+    ids = routing_dtype(int(manifest["model"]["num_experts"])).itemsize
+    return scalars + width * ids + (width * 4 if gates else 0)
 
 
 def iter_request_chunks(path: str | Path, max_rows: int) -> Iterator[Trace]:
