@@ -65,7 +65,7 @@ def _traces(traces: Paths) -> list[Trace]:
     items = [traces] if isinstance(traces, (str, Path, Trace)) else list(traces)
     out = [t for t in items if isinstance(t, Trace)]
     paths = [str(t) for t in items if not isinstance(t, Trace)]
-    return out + [read_trace(p) for p in (find_traces(paths) if paths else [])]
+    return out + [read_trace(p, gates=False) for p in (find_traces(paths) if paths else [])]  # no replay reads gates
 
 
 def _specs(policy: str | PolicySpec | Sequence[str | PolicySpec] | None, knobs: dict[str, Any]) -> list[PolicySpec]:

@@ -41,8 +41,8 @@ STREAM_SHARE = 0.9
 
 def max_rows(path: Path, max_memory: float) -> int:
     manifest = read_manifest(path)
-    gates = node_file(path).schema_arrow.get_field_index("gates") >= 0  # a damaged file: one line naming it
-    return max(1, int(max_memory // (WORKING_SET * row_bytes(manifest, gates))))
+    node_file(path)  # a damaged file: one line naming it
+    return max(1, int(max_memory // (WORKING_SET * row_bytes(manifest, gates=False))))  # a replay keeps no gates
 
 
 def available_memory() -> float | None:
@@ -78,7 +78,7 @@ def stream_plan(path: Path, available: float | None = None) -> tuple[float, floa
     try:
         manifest = read_manifest(path)
         nodes = node_file(path)
-        per_row = WORKING_SET * row_bytes(manifest, nodes.schema_arrow.get_field_index("gates") >= 0)
+        per_row = WORKING_SET * row_bytes(manifest, gates=False)  # a replay keeps no gates
         whole = nodes.metadata.num_rows * per_row
         if whole <= budget:
             return None
@@ -102,7 +102,7 @@ def run_streamed(path: Path, spec: PolicySpec, cost: CostModel, max_memory: floa
     rows = max_rows(path, max_memory)
     if not sum(int(r["positions"]) for r in read_manifest(path)["requests"]):
         raise EcoSimError(no_positions(path))
-    for chunk in iter_request_chunks(path, rows):
+    for chunk in iter_request_chunks(path, rows, gates=False):
         replay = TraceReplay(chunk if steps is None else truncate(chunk, steps))
         first = first or replay
         parts.append(replay.oracle_steps(cost) if bound else replay.steps(spec, cost))

@@ -66,6 +66,22 @@ def test_an_unchecked_id_beyond_one_byte_is_kept_for_the_checker_to_name(tmp_pat
         read_trace(path)
 
 
+def test_a_replay_read_keeps_no_gates_but_still_checks_them(tmp_path):
+    """`gates=False` (every replay's read) drops the gate weights, four bytes per id, after checking them."""
+    from ecosim.trace.read import iter_request_chunks
+
+    manifest, positions, nodes = tiny_trace(4, gates=True)
+    path = write_trace(tmp_path / "t", manifest, positions, nodes)
+    whole, lean = read_trace(path), read_trace(path, gates=False)
+    assert "gates" in whole.nodes and "gates" not in lean.nodes
+    assert all(np.array_equal(whole.nodes[k], lean.nodes[k], equal_nan=True) for k in lean.nodes)
+    assert all("gates" not in c.nodes for c in iter_request_chunks(path, 10_000, gates=False))
+    nodes["gates"][7, 0] = np.nan
+    bad = write_trace(tmp_path / "bad", manifest, positions, nodes, validate=False)
+    with pytest.raises(TraceError, match="gate weights must be finite"):
+        read_trace(bad, gates=False)
+
+
 def test_lazy_scan_reads_the_nodes_without_loading_them(tmp_path):
     from ecosim.trace import scan_nodes
 

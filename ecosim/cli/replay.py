@@ -147,7 +147,7 @@ def replay(
         for r in replays:
             r.trace  # a depth beyond the recorded one fails here, before any work
     elif engine == "des":
-        replays = [DesReplay(TraceReplay(at_steps(read_trace(p), draft_steps)),
+        replays = [DesReplay(TraceReplay(at_steps(read_trace(p, gates=False), draft_steps)),
                              DesConfig(arrivals, max_batch, prefetch, timeline=timeline is not None)) for p in paths]
     else:
         replays = []
@@ -162,7 +162,7 @@ def replay(
                            "profile are fitted per piece", err=True)
                 replays.append(streamed)
                 continue
-            trace = read_trace(p)
+            trace = read_trace(p, gates=False)
             if plan is not None:  # said, not switched: a piece fits per-trace tables on fewer requests
                 typer.echo(f"note: {Path(p).name} may not fit the {2 * plan[0] / 1e9:.2f} GB of memory available; "
                            f"--max-memory {_size(plan[0])} replays it in pieces of whole requests (exact for policies "

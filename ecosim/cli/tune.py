@@ -59,7 +59,7 @@ def tune(
     device = HardwareArgs(hardware, bw, peak, link_bw, pcie_bw).device()
     place = parse_placement(placement)
     config = cost_config(cost)
-    found = [read_trace(p) for p in find_traces([str(p) for p in traces])]
+    found = [read_trace(p, gates=False) for p in find_traces([str(p) for p in traces])]
     given, notes = {}, []
     for t in found:
         cost_model(t, device, place, config)  # a placement that does not fit fails here, before any work

@@ -41,7 +41,7 @@ def _replay(ref: TraceRef) -> TraceReplay:
         return _replays[key]
     while len(_replays) >= KEEP_TRACES:
         _replays.popitem(last=False)
-    r = TraceReplay(at_steps(read_trace(ref.path), ref.steps))
+    r = TraceReplay(at_steps(read_trace(ref.path, gates=False), ref.steps))
     _replays[key] = r
     return r
 

@@ -181,8 +181,11 @@ def check_trace(path: str | Path) -> dict[str, Any]:
     return manifest
 
 
-def read_trace(path: str | Path, *, validate: bool = True) -> Trace:
-    """Load a whole trace into numpy arrays, checking every invariant on the way."""
+def read_trace(path: str | Path, *, validate: bool = True, gates: bool = True) -> Trace:
+    """Load a whole trace into numpy arrays, checking every invariant on the way.
+
+    `gates=False` checks the gate weights (when validating) but does not keep them: no replay reads
+    them, and at four bytes per id they would take four times the routing's memory."""
     path = Path(path)
     manifest, positions, checker = _checked(path)
     rows = int(positions["n_nodes"].astype(np.int64).sum())
@@ -200,6 +203,8 @@ def read_trace(path: str | Path, *, validate: bool = True) -> Trace:
             if filled + n > rows:
                 raise TraceError(f"{path}/{NODES}", "more node rows than the trees of positions.parquet hold", filled + n - 1)
             for k, v in batch.items():  # fill preallocated arrays: no second copy of the trace
+                if k == "gates" and not gates:
+                    continue
                 if k == "experts":  # in the narrowest type that holds every id (routing_dtype)
                     v = narrow_routing(v, num_experts)
                     if k in nodes and nodes[k].dtype.itemsize < v.dtype.itemsize:  # an unchecked id beyond the model's
@@ -229,8 +234,9 @@ def row_bytes(manifest: dict[str, Any], gates: bool) -> int:
     return scalars + width * ids + (width * 4 if gates else 0)
 
 
-def iter_request_chunks(path: str | Path, max_rows: int) -> Iterator[Trace]:
-    """The trace as sub-traces of whole requests, each holding at most `max_rows` node rows.
+def iter_request_chunks(path: str | Path, max_rows: int, gates: bool = True) -> Iterator[Trace]:
+    """The trace as sub-traces of whole requests, each holding at most `max_rows` node rows
+    (`gates=False`: without the gate weights, checked all the same; see `read_trace`).
 
     Every invariant is checked on the way (the checker keeps only per-tree root arrays), so a
     trace larger than memory is validated and replayed in pieces. A single request larger than
@@ -267,7 +273,7 @@ def iter_request_chunks(path: str | Path, max_rows: int) -> Iterator[Trace]:
                     checker.finish()
                     raise TraceError(NODES, "ends before the trees of positions.parquet do")
                 checker.feed(batch)
-                pending.append(batch)
+                pending.append(batch if gates else {k: v for k, v in batch.items() if k != "gates"})
                 have += len(batch["node"])
             joined = {k: np.concatenate([b[k] for b in pending]) for k in pending[0]}
             chunk = {k: v[:need] for k, v in joined.items()}
