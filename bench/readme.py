@@ -46,7 +46,8 @@ def render(doc: dict) -> str:
 
     rows = []
     for k, f in figs.items():
-        if k.split(".")[0] in ("engines", "sweep", "sweep1000", "tracer", "memory"):
+        if k.split(".")[0] in ("engines", "sweep", "sweep1000", "tracer", "memory") and not (
+                "speed.union_pass_s" in figs and k in SPEED_TABLE):  # shown once, in the speed table
             note = f["note"].replace("|", "\\|")
             rows.append(f"| `{k}` | {_f(f['value'], 4)} {f['unit']} | {f['target'] or ''} | {met(k)} | {note} |")
     if rows:
@@ -118,6 +119,11 @@ def host_tables(figs: dict) -> list[str]:
     return out
 
 
+SPEED_TABLE = ("speed.wide.evict_over_confidence", "speed.wide.evict_over_union", "speed.baseline_mb",
+               "speed.all_policy_peak_mb", "speed.beyond_baseline_over_disk", "speed.fixed_mb", "engines.des_over_fast",
+               "engines.des_events_over_fast")
+
+
 def _speed(figs: dict, met) -> list[str]:
     """bench/speed.py's figures: each policy cold, warm and called again, over the union pass."""
     labels = {"ar": "ar", "confidence": "confidence b16", "ecospec": "ecospec b16 λ0.5 token",
@@ -140,9 +146,7 @@ def _speed(figs: dict, met) -> list[str]:
                    f"| {met(f'{b}.cold_over_union')} |")
     out.append("")
     out += ["| figure | value | target | | what |", "|---|---:|---|---|---|"]
-    for k in ("speed.wide.evict_over_confidence", "speed.wide.evict_over_union", "speed.baseline_mb",
-              "speed.all_policy_peak_mb", "speed.beyond_baseline_over_disk", "speed.fixed_mb", "engines.des_over_fast",
-              "engines.des_events_over_fast"):
+    for k in SPEED_TABLE:
         if k in figs:
             f = figs[k]
             out.append(f"| `{k}` | {_f(f['value'], 4)} {f['unit']} | {f['target'] or ''} | {met(k)} | {f['note']} |")

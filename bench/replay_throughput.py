@@ -64,7 +64,7 @@ def measure(report: Report, label: str, path: Path, repeat: int) -> Trace:
     n = trace.n_trees
     experts = trace.nodes["experts"]
     b = f"replay.{label}"
-    report.add(b, "positions", n, note=f"{experts.shape[0]:,} node rows x {experts.shape[1]} int16 experts, "
+    report.add(b, "positions", n, note=f"{experts.shape[0]:,} node rows x {experts.shape[1]} {experts.dtype} experts, "
                f"{experts.nbytes / 1e6:.0f} MB; synthetic")
     report.add(b, "read_s", load, "s", note="reading and checking the Parquet trace (not in any figure below)")
     t_np = best_of(3, lambda: np.bitwise_or.reduce(experts, axis=0))
