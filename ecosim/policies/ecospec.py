@@ -65,7 +65,8 @@ def ecospec_order(
     reaches the best score known, since no other can win or tie.
 
     `offsets` (`ecospec_offsets(predicted, ...)`) may be given; otherwise each chunk of trees
-    computes its rows' own (`distinct` as there), so no (rows, layers x m) table outlives a chunk.
+    computes its rows' own (`distinct` as there), so no (rows, layers x m) table outlives a chunk;
+    sets held once each are offset once each, and a chunk gathers its rows' offsets.
     """
     order = np.where(trees.depth == 0, -1, budget).astype(np.int32)
     if budget == 0:
@@ -84,6 +85,8 @@ def ecospec_order(
     span = layers * (num_experts + 1)  # one tree's buffer; byte 0 is always set (pads point there)
     chunk = max(8, (1 << 20) // span)  # ~1 MB of buffers at a time (stays in L2 with its indices)
     width = layers * sets.table.shape[2]
+    # sets held once each (predictors/sets.py): each set's offsets once, each chunk's rows a gather of them
+    by_set = ecospec_offsets(sets.table, num_experts, distinct=distinct) if offsets is None and sets.index is not None else None
     for a in range(0, trees.n_trees, chunk):
         t = np.arange(a, min(a + chunk, trees.n_trees))
         n = trees.n_nodes[t]
@@ -91,7 +94,7 @@ def ecospec_order(
         rows = np.where(valid, trees.start[t][:, None] + np.arange(n_max)[None, :], 0)
         lo, hi = int(trees.start[t[0]]), int(trees.start[t[-1]] + n[-1])  # the chunk's rows, contiguous
         if offsets is None:
-            off = ecospec_offsets(sets.rows(lo, hi), num_experts, distinct=distinct)
+            off = ecospec_offsets(sets.table[lo:hi], num_experts, distinct=distinct) if by_set is None else by_set[sets.index[lo:hi]]
             orow = np.where(valid, rows - lo, 0)
         else:
             off, orow = offsets, rows
