@@ -114,15 +114,15 @@ class Knob:
 class Context:
     """What a policy may use to select over one trace's candidate trees.
 
-    `predicted(name)` is a predictor's expert sets for every row (predictors/sets.py), cached per
-    trace; `true_routing(name)` says they are the trace's own routing (no id repeats in a layer).
+    `predicted(name)` is a predictor's expert sets for every row (predictors/sets.py; a live run's
+    (rows, layers, m) ids), cached per trace; `true_routing(name)` says they are the trace's own routing (no id repeats in a layer).
     `memo(key, make)` keeps a value per trace (ranks, offsets: nothing that holds a budget).
     `cost` is the pricing in effect, for a policy whose entry says `priced` (None otherwise).
     """
 
     trees: Trees
     shape: ModelShape
-    predicted: Callable[[str], PredictedSets]
+    predicted: Callable[[str], PredictedSets | np.ndarray]
     predictor: Callable[[str], ExpertPredictor]
     memo: Callable[[Hashable, Callable[[], Any]], Any]
     cost: CostModel | None = None
