@@ -8,7 +8,7 @@ few MB. A predictor that predicts row by row (`context`, the oracle) is its own 
 identity index, and a slice of it is a view.
 
 The cost-aware policies read a row's set as `table[index[row]]`: the compiled growth and counts
-index through `index`, and `ecospec` materialises one chunk of trees at a time (`rows`).
+index through `index`, and `ecospec` offsets each set once and gathers a chunk of trees' rows.
 """
 
 from __future__ import annotations
@@ -31,23 +31,6 @@ class PredictedSets:
         """`predicted` as sets: an array of one set per row is its own table."""
         return predicted if isinstance(predicted, PredictedSets) else cls(np.asarray(predicted))
 
-    @property
-    def n_rows(self) -> int:
-        return len(self.table) if self.index is None else len(self.index)
-
-    @property
-    def shape(self) -> tuple[int, int, int]:
-        """(rows, layers, m): the shape of the predictions held row by row."""
-        return (self.n_rows, *self.table.shape[1:])  # type: ignore[return-value]
-
-    def rows(self, a: int, b: int) -> np.ndarray:
-        """(b - a, layers, m) the sets of rows a..b (a view when the table is row by row)."""
-        return self.table[a:b] if self.index is None else self.table[self.index[a:b]]
-
     def dense(self) -> np.ndarray:
         """(rows, layers, m) every row's set: a copy unless the table is row by row."""
         return self.table if self.index is None else self.table[self.index]
-
-    @property
-    def nbytes(self) -> int:
-        return self.table.nbytes + (0 if self.index is None else self.index.nbytes)
