@@ -16,6 +16,8 @@ The synthetic DeepSeek-V3.1-shaped trace of the replay benchmark (10 requests x 
   target < 3. What takes it: the routing, one byte per id (about its size on disk), the oracle's
   chain unions, each policy's step unions, and what a replay holds whatever the trace's size
   (speed.py's `fixed_mb`). The token predictor's predictions are its distinct sets (a few MB).
+- `tune_peak_rss_mb`, `tune_beyond_baseline_over_disk`: the same for `ecosim tune TRACE --placement
+  ep:8 --json`, which replays every draft-step setting on the trace cut to it (target < 3).
 """
 
 from __future__ import annotations
@@ -56,3 +58,7 @@ def run(report: Report, trace: Path) -> None:
     report.add(m, "baseline_mb", base_rss / 1e6, "MB", note="the interpreter with ecosim's CLI loaded (ecosim --help)")
     report.add(m, "all_policy_peak_rss_mb", every / 1e6, "MB", note="every policy at its defaults, ep:8, the whole trace in memory")
     report.add(m, "all_policy_beyond_baseline_over_disk", (every - base_rss) / disk, "x", target="< 3")
+    tuned, _ = peak_rss(["tune", str(trace), "--placement", "ep:8", "--json"])
+    report.add(m, "tune_peak_rss_mb", tuned / 1e6, "MB", note="ecosim tune at its defaults, ep:8: every draft-step setting, "
+               "each on the trace cut to it (one cut at a time beside the whole trace)")
+    report.add(m, "tune_beyond_baseline_over_disk", (tuned - base_rss) / disk, "x", target="< 3")

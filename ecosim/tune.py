@@ -111,6 +111,7 @@ def tune(traces: list[Trace], price: Callable[[Trace], CostModel], predictor: st
             out[f"static S={st.steps} K={st.topk} N={st.draft_tokens}"] = priced(
                 replays, costs, lambda r: r.selection_steps(eagle_tree(r.trees, st.draft_tokens, st.steps, st.topk)),
                 "static", st, s, draft)
+        del replays, costs  # this setting's cut traces go before the next setting's are cut
     return out
 
 
