@@ -99,6 +99,7 @@ def tune(traces: list[Trace], price: Callable[[Trace], CostModel], predictor: st
 
     ar = [TraceReplay(t) for t in traces]
     out: dict[str, Candidate] = {"ar": priced(ar, [price(r.trace) for r in ar], lambda r: PolicySpec("ar"), "ar")}
+    del ar  # its trees and steps are not needed beside the cut traces
     for s in steps or step_counts(traces):
         replays = [TraceReplay(at_steps(t, s), predictors=(predictors or {}).get(t.name, {})) for t in traces]
         costs = [price(r.trace) for r in replays]
