@@ -31,13 +31,14 @@ def expected() -> set[str]:
               for f in ("cold_over_union", "warm_over_union", "api_repeat_over_union")}
     names |= {f"speed.{f}" for f in ("union_pass_s", "oracle.cold_over_union", "oracle.warm_over_union",
                                      "wide.evict_over_confidence", "wide.evict_over_union", "baseline_mb",
-                                     "all_policy_peak_mb", "beyond_baseline_over_disk")}
+                                     "all_policy_peak_mb", "beyond_baseline_over_disk", "fixed_mb")}
     names |= {"sweep.local.configs_per_min", "sweep.ray.configs_per_min", "sweep.ray_over_local", "sweep.ray_equals_local"}
     names |= {f"sweep1000.{f}" for f in ("configurations", "wall_s", "configs_per_min", "cpu_s")}
     names |= {f"tracer.{f}" for f in ("hooks_on_ms", "hooks_off_ms", "on_over_off")}
     names |= {f"memory.{f}" for f in ("disk_mb", "arrays_mb", "whole_peak_rss_mb", "whole_rss_over_disk", "budget_mb",
                                       "pieces_peak_rss_mb", "pieces_over_whole", "budget_over_whole", "pieces_equal_whole",
-                                      "baseline_mb", "all_policy_peak_rss_mb", "all_policy_beyond_baseline_over_disk")}
+                                      "baseline_mb", "all_policy_peak_rss_mb", "all_policy_beyond_baseline_over_disk",
+                                      "tune_peak_rss_mb", "tune_beyond_baseline_over_disk")}
     return names
 
 
