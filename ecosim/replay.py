@@ -25,7 +25,7 @@ import numpy as np
 
 from ecosim import bitsets
 from ecosim.memo import Memo
-from ecosim.cost import PRICE_BLOCK, CostModel
+from ecosim.cost import CostModel
 from ecosim.metrics import Row
 from ecosim.oracle import shortest_path
 from ecosim.errors import EcoSimError
@@ -188,7 +188,7 @@ class TraceReplay:
         cuts = t.chain.shape[1]
         a = np.arange(len(prefix)) - np.repeat(first, t.accept_len + 1)  # the cut of each prefix
         ctx = np.repeat(self.trace.positions["context_len"].astype(np.int64), t.accept_len + 1)
-        priced = self._layer_seconds(prefix, a + 1, cost) + cost.other_times(a + 1, ctx, speculative=False)
+        priced = cost.moe_seconds(prefix, a + 1) + cost.other_times(a + 1, ctx, speculative=False)
         draft = cost.draft_time(speculative=True)
         costs = np.full((t.n_trees, cuts), np.inf)  # cuts past A(p) are never taken
         costs[t.chain >= 0] = priced + np.where(a > 0, draft, 0.0)
@@ -229,29 +229,12 @@ class TraceReplay:
         ctx = self.trace.positions["context_len"][visited].astype(np.int64)
         return Steps(req, visited, tokens, verified, bits, ctx, drafted)
 
-    def _union(self, bits: np.ndarray, cost: CostModel) -> np.ndarray:
-        """(steps, layers, groups) distinct experts each of the placement's expert groups reads."""
-        return cost.placement.union_per_group(bits, self.trace.model.num_experts)
-
-    def _layer_seconds(self, bits: np.ndarray, tokens: np.ndarray, cost: CostModel, misses: np.ndarray | None = None) -> np.ndarray:
-        """(steps,) seconds in the MoE layers of steps whose unions are `bits`, a block of steps at a
-        time, so their (steps, layers, groups) counts never exist whole: under ep:8 the oracle's
-        counts of every chain prefix took twice the memory of the prefixes' bitsets."""
-        n = len(bits)
-        block = max(1, PRICE_BLOCK // max(1, int(np.prod(bits.shape[1:-1])) * cost.placement.groups))
-        out = np.empty(n)
-        for a in range(0, n, block):
-            b = min(a + block, n)
-            union = self._union(bits[a:b], cost)
-            out[a:b] = cost.layer_times(union, tokens[a:b], None if misses is None else misses[a:b]).sum(axis=1)
-        return out
-
     def price(self, steps: Steps, cost: CostModel, cache: bool = True, key: Hashable | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Seconds per step and PCIe misses per step (offload walks its cache in step order;
         `cache=False` prices every expert as a hit, as the oracle bound does). `key` names the
         selection the steps are of, so their cache walks are kept."""
         misses = self.cache_misses(steps, cost, key) if cost.placement.stateful and cache else None
-        times = self._layer_seconds(steps.bits, steps.verified, cost, misses)
+        times = cost.moe_seconds(steps.bits, steps.verified, misses)
         times = times + cost.other_times(steps.verified, steps.context, speculative=False)
         times = times + cost.draft_times(steps.drafted)
         return times, (misses.sum(axis=1) if misses is not None else np.zeros(len(steps)))

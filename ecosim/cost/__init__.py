@@ -61,6 +61,11 @@ __all__ = ["ACT_BYTES", "NOT_MODELLED", "CostConfig", "CostModel", "Terms", "cos
 
 PRICE_BLOCK = 1 << 20  # (step, layer, group) entries priced at a time: bounded temporaries
 
+
+def _block(per_step: int) -> int:
+    """Steps priced at a time: at most PRICE_BLOCK (step, layer, group) entries."""
+    return max(1, PRICE_BLOCK // max(1, per_step))
+
 # The costs the model leaves out; printed with every replay so nobody mistakes them for modelled.
 NOT_MODELLED = (
     "kernel time beyond a fixed latency per kernel and the bytes and FLOPs it moves",
@@ -257,13 +262,27 @@ class CostModel:
         priced elementwise, so blocks change no float.
         """
         n = len(tokens)
-        block = max(1, PRICE_BLOCK // max(1, int(np.prod(union.shape[1:]))))
+        block = _block(int(np.prod(union.shape[1:])))
         if n <= block:
             return self._layer_times(union, tokens, misses)
         out = np.empty((n, union.shape[1]))
         for a in range(0, n, block):
             b = min(a + block, n)
             out[a:b] = self._layer_times(union[a:b], tokens[a:b], None if misses is None else misses[a:b])
+        return out
+
+    def moe_seconds(self, bits: np.ndarray, tokens: np.ndarray, misses: np.ndarray | None = None) -> np.ndarray:
+        """(steps,) seconds in the MoE layers of steps whose expert unions are `bits` (steps, layers,
+        words): each group's distinct experts counted and priced a block of steps at a time, as
+        `layer_times` prices, so the (steps, layers, groups) counts never exist whole either (under
+        ep:8 the oracle's counts of every chain prefix took twice the memory of its bitsets)."""
+        n = len(bits)
+        block = _block(bits.shape[1] * self.placement.groups)
+        out = np.empty(n)
+        for a in range(0, n, block):
+            b = min(a + block, n)
+            union = self.placement.union_per_group(bits[a:b], self.model.num_experts)
+            out[a:b] = self._layer_times(union, tokens[a:b], None if misses is None else misses[a:b]).sum(axis=1)
         return out
 
     def _layer_times(self, union: np.ndarray, tokens: np.ndarray, misses: np.ndarray | None) -> np.ndarray:
