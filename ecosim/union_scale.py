@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit
 
 from ecosim.acceptance import fold_of_rows
-from ecosim.predictors.sets import PredictedSets
+from ecosim.predictors.sets import PredictedSets, set_of
 from ecosim.tree import Trees
 
 
@@ -55,14 +55,14 @@ def new_counts(start, n_nodes, cum_logprob, predicted, true, num_experts, fold, 
         order = s0 + np.argsort(-cum_logprob[s0:s0 + n], kind="mergesort")  # stable: ties by id
         seen_p[:] = False
         seen_t[:] = False
-        _mark(predicted, s0 if index is None else index[s0], seen_p)  # the root first: what every other node is new against
+        _mark(predicted, set_of(index, s0), seen_p)  # the root first: what every other node is new against
         _mark(true, s0, seen_t)
         f, rank = fold[i], 0
         for x in order:  # then every other node in confidence order
             if x == s0:
                 continue
             rank += 1
-            out[f, rank, 0] += _mark(predicted, x if index is None else index[x], seen_p)
+            out[f, rank, 0] += _mark(predicted, set_of(index, x), seen_p)
             out[f, rank, 1] += _mark(true, x, seen_t)
     return out
 

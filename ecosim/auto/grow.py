@@ -49,6 +49,8 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
+from ecosim.predictors.sets import set_of
+
 PATIENCE = 8  # picks without a better drafted score before the growth gives up (module docstring)
 
 
@@ -67,14 +69,6 @@ def _ctpop(typingctx, x):
 @njit(cache=True, inline="always")
 def _popcount(x: np.uint64) -> np.int64:
     return np.int64(_ctpop(x))
-
-
-@njit(cache=True, inline="always")
-def _row(index, r):
-    """Row r's entry of the predicted sets: `index[r]`, or r itself when each row is its own set (None)."""
-    if index is None:
-        return r
-    return index[r]
 
 
 @njit(cache=True, inline="always")
@@ -159,7 +153,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, steps, 
     while i < len(trees):
         tree = trees[i]
         s0, n = start[tree], n_nodes[tree]
-        _pack(ids, _row(index, s0), 0, bits)  # the others are packed when they first reach the frontier
+        _pack(ids, set_of(index, s0), 0, bits)  # the others are packed when they first reach the frontier
         t = i
         s = 0  # rows of this tree in `bits` are 0..n-1; in the trace s0..s0+n-1
         order[s0] = -1
@@ -201,7 +195,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, steps, 
         while x > 0:
             fr[nf] = x
             nf += 1
-            _pack(ids, _row(index, s0 + x), x, bits)
+            _pack(ids, set_of(index, s0 + x), x, bits)
             x = next_sib[x]
         drafted_score, drafted = -np.inf, 0  # the best prefix beyond the root so far, and its length
         for k in range(1, n):
@@ -323,7 +317,7 @@ def grow(trees, start, n_nodes, parent, value, key, ids, devmask, layer, steps, 
             while x > 0:
                 fr[nf] = x
                 nf += 1
-                _pack(ids, _row(index, s0 + x), x, bits)
+                _pack(ids, set_of(index, s0 + x), x, bits)
                 x = next_sib[x]
             score = 1.0 + v_sum - lam * time
             if score > drafted_score:

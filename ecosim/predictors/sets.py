@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 
 @dataclass(frozen=True)
@@ -34,3 +35,12 @@ class PredictedSets:
     def dense(self) -> np.ndarray:
         """(rows, layers, m) every row's set: a copy unless the table is row by row."""
         return self.table if self.index is None else self.table[self.index]
+
+
+@njit(cache=True, inline="always")
+def set_of(index, r):  # pragma: no cover - compiled
+    """In compiled code: the entry of the sets that row r reads, `index[r]`, or r itself when each
+    row is its own set (`index` None)."""
+    if index is None:
+        return r
+    return index[r]
