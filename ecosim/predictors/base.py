@@ -12,7 +12,8 @@ exists to bound what a perfect predictor would gain). What the draft side has, p
 
 Two layers to the interface:
 
-- `predict(trace) -> (rows, layers, m) int16` expert ids, -1 pads: what `ecospec` consumes.
+- `predict(trace) -> (rows, layers, m) int16` expert ids, -1 pads; `predict_sets(trace)` the same as
+  distinct sets and an index per row (sets.py): what the cost-aware policies consume.
 - `ScoringPredictor.scores(Candidates) -> (n, layers, experts) float32`: a score for every expert,
   a distribution over experts per (node, layer) (the share of the node's top-k slots each expert
   is expected to take). A `Selection` turns scores into sets: the top `k`, or the smallest set

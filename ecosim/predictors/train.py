@@ -38,19 +38,19 @@ class TrainingRows:
     token: np.ndarray  # (N,) int64
     parent_token: np.ndarray  # (N,) int64, -1 unknown
     depth: np.ndarray  # (N,) int64
-    source: np.ndarray  # (rows, L, k) int16: routing the labels are rows of
+    source: np.ndarray  # (rows, L, k) routing the labels are rows of (in its held type: trace/arrays.py routing_dtype)
     label_rows: np.ndarray | None  # (N,) rows of `source` that are the labels, in order; None: all of it
     prev_experts: np.ndarray  # (N, L, k) int16: previous position's true experts, -1 at pos 0
     unit: np.ndarray  # (N,) int64: index of the (trace, request) the row comes from
     parent: np.ndarray  # (N,) int64: index (into these rows) of the parent, -1 for roots
 
     def labels(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """(source, rows): the (N, L, k) int16 labels are `source[rows]` (all of `source` when None)."""
+        """(source, rows): the (N, L, k) labels are `source[rows]` (all of `source` when None)."""
         return self.source, self.label_rows
 
     @cached_property
     def experts(self) -> np.ndarray:
-        """(N, L, k) int16: the labels as one array (a copy where they are not one run of the source)."""
+        """(N, L, k): the labels as one array (a copy where they are not one run of the source)."""
         return self.source if self.label_rows is None else self.source[self.label_rows]
 
     def __len__(self) -> int:
