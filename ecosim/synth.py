@@ -226,8 +226,13 @@ def _dedup(x: np.ndarray, resample: Any) -> np.ndarray:
     raise RuntimeError("could not draw distinct experts; is num_experts < top_k?")
 
 
-def synthesize(model: ModelShape, cfg: SynthConfig) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Manifest, positions and nodes of a synthetic trace."""
+def synthesize(model: ModelShape, cfg: SynthConfig,
+               route: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Manifest, positions and nodes of a synthetic trace.
+
+    route=False skips the routing, nine tenths of the work on a big model: every node reads experts
+    0..k-1 (no gates). For searches over acceptance, where routing plays no part: the trees, tokens and
+    verdicts are those of the routed trace, since the router draws from its own generator, last."""
     if cfg.accept_len is not None:
         cfg = replace(cfg, accept=accept_for_length(cfg, cfg.accept_len))
     rng = np.random.default_rng(cfg.seed)
@@ -243,12 +248,15 @@ def synthesize(model: ModelShape, cfg: SynthConfig) -> tuple[dict[str, Any], dic
     nodes = {k: np.ascontiguousarray(v).reshape(-1) for k, v in trees.items()}
     nodes["request_id"] = np.repeat(np.arange(cfg.requests), P * n).astype(np.int32)
     nodes["pos"] = np.tile(np.repeat(np.arange(P), n), cfg.requests).astype(np.int32)
-    router = Router(model.num_moe_layers, model.num_experts, model.top_k, knobs_for(model, cfg), cfg.requests, cfg.seed)
-    tree_start = np.arange(T + 1, dtype=np.int64) * n
-    experts, gates = route_trees(router, nodes, tree_start)
-    nodes["experts"] = experts.reshape(len(experts), -1)
-    if cfg.gates:
-        nodes["gates"] = gates.reshape(len(experts), -1)
+    if route:
+        router = Router(model.num_moe_layers, model.num_experts, model.top_k, knobs_for(model, cfg), cfg.requests, cfg.seed)
+        experts, gates = route_trees(router, nodes, np.arange(T + 1, dtype=np.int64) * n)
+        nodes["experts"] = experts.reshape(len(experts), -1)
+        if cfg.gates:
+            nodes["gates"] = gates.reshape(len(experts), -1)
+    else:
+        first = np.tile(np.arange(model.top_k, dtype=np.int16), model.num_moe_layers)
+        nodes["experts"] = np.broadcast_to(first, (len(nodes["token"]), len(first))).copy()
     positions = {
         "request_id": np.repeat(np.arange(cfg.requests), P).astype(np.int32),
         "pos": np.tile(np.arange(P), cfg.requests).astype(np.int32),

@@ -252,6 +252,20 @@ def test_accept_len_sets_the_mean_accepted_length() -> None:
     assert m["draft"]["accept_len"] == 2.5 and m["draft"]["bytes"] > 0
 
 
+@pytest.mark.parametrize("accept", [0.0, 0.4, 1.0])
+def test_an_unrouted_synthesis_is_the_routed_trace_less_its_routing(accept) -> None:
+    """route=False (searches over acceptance) changes nothing but the experts: every node reads 0..k-1."""
+    cfg = SynthConfig(requests=2, positions=30, depth=4, topk=3, max_nodes=10, accept=accept, seed=3)
+    m, pos, nodes = synthesize(TINY, cfg)
+    m0, pos0, bare = synthesize(TINY, cfg, route=False)
+    assert m0 == m and pos0.keys() == pos.keys() and all((pos0[k] == pos[k]).all() for k in pos)
+    assert set(bare) == set(nodes) - {"gates"}
+    for k in set(bare) - {"experts"}:
+        assert np.array_equal(bare[k], nodes[k], equal_nan=True), k
+    assert bare["experts"].shape == nodes["experts"].shape
+    assert (bare["experts"].reshape(len(bare["experts"]), TINY.num_moe_layers, TINY.top_k) == np.arange(TINY.top_k)).all()
+
+
 # ------------------------------------------------------------------------------------------ the fit
 
 

@@ -86,8 +86,8 @@ def _synth(sim: dict[str, Any], speculative: bool, **fields: Any) -> SynthConfig
     return SynthConfig(**fields)
 
 
-def _trace(shape: ModelShape, cfg: SynthConfig) -> Trace:
-    manifest, positions, nodes = synthesize(shape, cfg)
+def _trace(shape: ModelShape, cfg: SynthConfig, route: bool = True) -> Trace:
+    manifest, positions, nodes = synthesize(shape, cfg, route)
     return Trace(Path(f"synthetic-{shape.name}"), full_manifest(manifest), positions, nodes)
 
 
@@ -167,24 +167,25 @@ def _replay(sim_json: str, kind: str) -> tuple[TraceReplay, float | None, float 
     nodes = max(budget, min(topk + (depth - 1) * topk * topk, 64))
     spec = PolicySpec("confidence", budget)
 
-    def replay_at(accept: float) -> tuple[TraceReplay, float]:
-        cfg = dataclasses.replace(routed, requests=2, positions=POSITIONS, depth=depth, topk=topk, max_nodes=nodes,
-                                  accept=accept, prompt_len=ctx)
-        r = TraceReplay(_trace(shape, cfg))
-        steps = r.steps(spec)
-        return r, float(steps.tokens.sum() / len(steps))
+    def at(accept: float) -> SynthConfig:
+        return dataclasses.replace(routed, requests=2, positions=POSITIONS, depth=depth, topk=topk, max_nodes=nodes,
+                                   accept=accept, prompt_len=ctx)
+
+    def accept_len(accept: float) -> float:  # confidence picks by draft probability: routing plays no part
+        steps = TraceReplay(_trace(shape, at(accept), route=False)).steps(spec)
+        return float(steps.tokens.sum() / len(steps))
 
     lo, hi = 0.0, 1.0
-    best: tuple[float, TraceReplay, float] | None = None
+    best: tuple[float, float] | None = None
     for _ in range(8):  # bisection on the generator's acceptance knob
         mid = (lo + hi) / 2
-        r, al = replay_at(mid)
-        if best is None or abs(al - sim["accept_len"]) < abs(best[2] - sim["accept_len"]):
-            best = (mid, r, al)
+        al = accept_len(mid)
+        if best is None or abs(al - sim["accept_len"]) < abs(best[1] - sim["accept_len"]):
+            best = (mid, al)
         lo, hi = (mid, hi) if al < sim["accept_len"] else (lo, mid)
     assert best is not None
-    knob, replay, al = best
-    return replay, al, knob
+    knob, al = best
+    return TraceReplay(_trace(shape, at(knob))), al, knob
 
 
 @lru_cache(maxsize=4096)
