@@ -41,16 +41,14 @@ def select(ctx: Context, knobs: Knobs) -> np.ndarray:
     ctx_len = t.trace.positions["context_len"].astype(np.int64)
     draft = cost.draft_times(np.arange(depth + 1))  # K draft steps, at most the setting's (0: speculation off)
     m = ctx.shape
-    masks = cost.placement.group_masks(m.num_experts) if cost.placement.groups > 1 else None
 
     def seconds(k: int, pos: int) -> float:
         rows = np.arange(t.start[pos], t.start[pos] + t.n_nodes[pos])
         rows = rows[chains[k][rows]]
         bits = bitsets.pack_groups(experts, np.zeros(len(rows), dtype=np.int64), 1, m.num_experts, rows=rows)
-        union = bitsets.count_per_device(bits, masks) if masks is not None else bitsets.count(bits)
         n = np.array([count[k][pos]])
-        layer = cost.layer_times(union, n).sum(axis=1)
-        return float(layer[0] + cost.other_times(n, ctx_len[pos: pos + 1], speculative=False)[0]) + float(draft[k])
+        moe = cost.moe_seconds(bits, n)
+        return float(moe[0] + cost.other_times(n, ctx_len[pos: pos + 1], speculative=False)[0]) + float(draft[k])
 
     selected = t.depth == 0
 

@@ -110,7 +110,7 @@ def _grown_times(cost: CostModel, experts: np.ndarray, order: np.ndarray, first:
         union = np.zeros((e1 - e0, m.num_moe_layers, p.groups), dtype=np.int64)
         _grown_unions(experts, order[e0:e1], first[t0 : t1 + 1] - e0, group.astype(np.int64), union)
         n = tokens[e0:e1]
-        times[e0:e1] = cost.layer_times(union, n).sum(axis=1) + cost.other_times(n, ctx[e0:e1], speculative=False)
+        times[e0:e1] = cost.step_times(union, n, ctx[e0:e1], speculative=False)
         t0 = t1
     return times
 
