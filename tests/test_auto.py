@@ -199,10 +199,13 @@ def test_auto_runs_end_to_end_and_never_slower_than_its_own_root_choice(write):
     # the token predictor's sets, held once per token, grow and scale exactly as the same sets row by row
     sets = r.predicted("token")
     assert sets.index is not None
-    indexed, dense = ((*auto_order(r.trees, p, values(c, "calibrated"), pricer(c), trace.positions["context_len"],
-                                   scale=union_scale(r.trees, p)[:2]), *union_scale(r.trees, p)[:1])
-                      for p in (sets, sets.dense()))
-    assert all(np.array_equal(a, b) for a, b in zip(indexed, dense))
+
+    def grown(p):  # (order, best prefix, beta) of the growth scaled by the union scale it fits
+        beta, fold, _ = union_scale(r.trees, p)
+        return (*auto_order(r.trees, p, values(c, "calibrated"), pricer(c), trace.positions["context_len"],
+                            scale=(beta, fold)), beta)
+
+    assert all(np.array_equal(a, b) for a, b in zip(grown(sets), grown(sets.dense())))
 
 
 def cli(capsys, *args: str) -> tuple[int, str, str]:
